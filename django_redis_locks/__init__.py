@@ -1,0 +1,37 @@
+"""Distributed locks and fair counting semaphores on Redis, for Django.
+
+Importing this package never imports Django: the core (``django_redis_locks.core``) works
+with any redis-py client, and the Django layer is loaded when a lock is given no client.
+"""
+
+from .core import (
+    Backend,
+    InvalidArgument,
+    InvalidArgumentType,
+    Lock,
+    LockAlreadyHeld,
+    LockBackendError,
+    LockConfigurationError,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    LockNotReplicated,
+)
+
+__all__ = [
+    "Backend",
+    "InvalidArgument",
+    "InvalidArgumentType",
+    "Lock",
+    "LockAlreadyHeld",
+    "LockBackendError",
+    "LockConfigurationError",
+    "LockError",
+    "LockLost",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "LockNotReplicated",
+]
+
+__version__ = "0.1.0.dev0"

@@ -1,0 +1,192 @@
+"""A Backend bundles what primitives need to reach Redis: clients, key space and defaults.
+
+It holds a sync redis-py client (used by sync calls and by the background renewer and
+wake-up listener) and hands out an asyncio client per running event loop. An asyncio client
+made here is closed when its loop shuts down its async generators (``asyncio.run`` and
+asgiref's ``async_to_sync`` both do), so per-loop clients do not leak connections.
+
+The Django layer builds one Backend per cache alias; plain Python code passes a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import threading
+import weakref
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from .clients import derive_async, derive_sync, is_async_client, is_cluster_client
+from .errors import InvalidArgumentType, LockConfigurationError
+from .keys import KeySpace
+from .validation import check_ttl
+from .wakeup import WakeupHub, hub_for
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_TIMEOUT",
+    "Backend",
+    "backend_for_client",
+    "resolve_backend",
+    "set_default_resolver",
+]
+
+DEFAULT_NAMESPACE = "drl"
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_REPLICA_WAIT_TIMEOUT = 1.0
+
+
+class Backend:
+    """Clients, key space and defaults shared by every lock and semaphore that uses them.
+
+    ``client``: a redis-py ``Redis`` or ``RedisCluster``, sync or asyncio. If only one kind
+    is given, the other is derived from its connection settings. ``async_client_factory`` is
+    called once per event loop to make that loop's asyncio client.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        async_client_factory: Callable[[], Any] | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        default_timeout: float = DEFAULT_TIMEOUT,
+        replica_wait_timeout: float = DEFAULT_REPLICA_WAIT_TIMEOUT,
+        name: str = "",
+    ) -> None:
+        fixed_async = None
+        if is_async_client(client):
+            fixed_async, client = client, derive_sync(client)
+        elif not hasattr(client, "evalsha"):
+            raise InvalidArgumentType(
+                "client", f"must be a redis-py client, not {type(client).__name__}"
+            )
+        self.client = client
+        self.cluster = is_cluster_client(client)
+        self.keys = KeySpace(namespace)
+        self.default_timeout = check_ttl(default_timeout, "default_timeout")
+        self.replica_wait_timeout = check_ttl(replica_wait_timeout, "replica_wait_timeout")
+        self.name = name or repr(client)
+        self._fixed_async = fixed_async
+        self._async_factory = async_client_factory or (lambda: derive_async(self.client))
+        self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._mutex = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Backend {self.name} namespace={self.keys.namespace!r}>"
+
+    # -- clients ------------------------------------------------------------------------
+    async def aclient(self) -> Any:
+        """The asyncio client for the running event loop (made on first use)."""
+        if self._fixed_async is not None:
+            return self._fixed_async
+        loop = asyncio.get_running_loop()
+        entry = self._per_loop.get(loop)
+        if entry is None:
+            entry = _LoopClient(self._async_factory())
+            with self._mutex:
+                self._per_loop[loop] = entry
+            await entry.bind(lambda: self._per_loop.pop(loop, None))
+        return entry.client
+
+    async def aclose(self) -> None:
+        """Close the running loop's asyncio client now (it is re-made on next use)."""
+        loop = asyncio.get_running_loop()
+        entry = self._per_loop.pop(loop, None)
+        if entry is not None:
+            await entry.close()
+
+    def node_client(self, key: str) -> Any:
+        """A sync client whose pipelines run on the one connection serving ``key``."""
+        if self.cluster:
+            return self.client.get_node_from_key(key).redis_connection
+        return self.client
+
+    def command(self, args: tuple[Any, ...], route_key: str) -> Any:
+        if self.cluster:
+            node = self.client.get_node_from_key(route_key)
+            return self.client.execute_command(*args, target_nodes=node)
+        return self.client.execute_command(*args)
+
+    async def acommand(self, args: tuple[Any, ...], route_key: str) -> Any:
+        client = await self.aclient()
+        if self.cluster:
+            node = client.get_node_from_key(route_key)
+            return await client.execute_command(*args, target_nodes=node)
+        return await client.execute_command(*args)
+
+    def hub(self) -> WakeupHub:
+        """The process-wide wake-up listener for this backend's server and namespace."""
+        return hub_for(self.client, self.keys.channel)
+
+
+class _LoopClient:
+    """An asyncio client tied to one event loop, closed when that loop shuts down."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._closer: AsyncGenerator[None, None] | None = None
+        self._closed = False
+
+    async def bind(self, forget: Callable[[], object]) -> None:
+        # The loop tracks async generators and closes them in shutdown_asyncgens(): that is
+        # our hook to close the client before the loop goes away.
+        async def closer() -> AsyncGenerator[None, None]:
+            try:
+                yield
+            finally:
+                forget()
+                await self.close()
+
+        self._closer = closer()
+        await self._closer.__anext__()
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self.client.aclose()
+
+
+def backend_for_client(client: Any, namespace: str = DEFAULT_NAMESPACE) -> Backend:
+    """The Backend for an explicit client, made once per (client, namespace) and kept on it."""
+    with _cache_mutex:
+        cache: dict[str, Backend] = client.__dict__.setdefault("_drl_backends", {})
+        backend = cache.get(namespace)
+        if backend is None:
+            backend = cache[namespace] = Backend(client, namespace=namespace)
+        return backend
+
+
+_cache_mutex = threading.Lock()
+
+
+Resolver = Callable[[str | None], Backend]
+_resolver: Resolver | None = None
+
+
+def set_default_resolver(resolver: Resolver | None) -> None:
+    """Install the function that turns ``using=<alias>`` into a Backend (the Django layer's)."""
+    global _resolver
+    _resolver = resolver
+
+
+def resolve_backend(using: str | None) -> Backend:
+    """The Backend for ``using`` (None: the configured default), from the installed resolver.
+
+    Without a resolver, the Django layer is imported, which installs its own; outside Django
+    pass ``client=`` to the primitive instead.
+    """
+    if _resolver is None:
+        try:
+            importlib.import_module("django_redis_locks.connection")
+        except ImportError as exc:
+            raise LockConfigurationError(
+                "no Redis client: pass client=<redis client>, or use the Django app "
+                f"(importing its connection layer failed: {exc})"
+            ) from exc
+    if _resolver is None:  # pragma: no cover - the import above always installs one
+        raise LockConfigurationError("no Redis client: pass client=<redis client>")
+    return _resolver(using)

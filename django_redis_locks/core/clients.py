@@ -1,0 +1,123 @@
+"""Make the sync twin of an asyncio redis-py client, and the other way round.
+
+Background work (the renewer, the wake-up listener) runs in threads with a sync client; async
+callers run their scripts on an asyncio client bound to their event loop. Given one of the
+two, this module builds the other from the same connection settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+from .errors import LockConfigurationError
+
+__all__ = ["derive_async", "derive_sync", "is_async_client", "is_cluster_client"]
+
+# Connection settings that mean the same to sync and asyncio connections.
+_PORTABLE_KWARGS = (
+    "host",
+    "port",
+    "path",
+    "db",
+    "username",
+    "password",
+    "credential_provider",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "socket_keepalive",
+    "socket_keepalive_options",
+    "retry_on_timeout",
+    "encoding",
+    "encoding_errors",
+    "decode_responses",
+    "client_name",
+    "health_check_interval",
+    "protocol",
+    "ssl_keyfile",
+    "ssl_certfile",
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_ca_data",
+    "ssl_check_hostname",
+    "ssl_ciphers",
+    "ssl_min_version",
+)
+
+_CONNECTION_CLASSES = {
+    "Connection": (redis.connection.Connection, redis.asyncio.connection.Connection),
+    "SSLConnection": (redis.connection.SSLConnection, redis.asyncio.connection.SSLConnection),
+    "UnixDomainSocketConnection": (
+        redis.connection.UnixDomainSocketConnection,
+        redis.asyncio.connection.UnixDomainSocketConnection,
+    ),
+}
+
+
+def is_async_client(client: object) -> bool:
+    return isinstance(client, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster)
+
+
+def is_cluster_client(client: object) -> bool:
+    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
+def _portable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {key: kwargs[key] for key in _PORTABLE_KWARGS if key in kwargs}
+
+
+def _twin_class(connection_class: type, to_async: bool) -> type:
+    for name in type.mro(connection_class):
+        pair = _CONNECTION_CLASSES.get(name.__name__)
+        if pair is not None:
+            return pair[1] if to_async else pair[0]
+    raise LockConfigurationError(
+        f"cannot derive a {'asyncio' if to_async else 'sync'} client from a pool of "
+        f"{connection_class.__name__}; pass both clients explicitly"
+    )
+
+
+def derive_async(client: Any) -> Any:
+    """A new asyncio client with the connection settings of the sync ``client``."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        node = client.get_default_node()
+        kwargs = _portable(node.redis_connection.connection_pool.connection_kwargs)
+        kwargs.pop("db", None)
+        kwargs.update(host=node.host, port=node.port)
+        return redis.asyncio.cluster.RedisCluster(**kwargs)
+    if isinstance(client, redis.Redis):
+        pool = client.connection_pool
+        kwargs = _portable(pool.connection_kwargs)
+        connection_class = _twin_class(pool.connection_class, to_async=True)
+        return redis.asyncio.Redis(
+            connection_pool=redis.asyncio.ConnectionPool(
+                connection_class=connection_class, **kwargs
+            )
+        )
+    raise LockConfigurationError(
+        f"expected a redis-py Redis or RedisCluster client, got {type(client).__name__}"
+    )
+
+
+def derive_sync(client: Any) -> Any:
+    """A new sync client with the connection settings of the asyncio ``client``."""
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        node = client.get_default_node()
+        kwargs = _portable(client.connection_kwargs)
+        kwargs.pop("db", None)
+        kwargs.update(host=node.host, port=node.port)
+        return redis.cluster.RedisCluster(**kwargs)
+    if isinstance(client, redis.asyncio.Redis):
+        pool = client.connection_pool
+        kwargs = _portable(pool.connection_kwargs)
+        connection_class = _twin_class(pool.connection_class, to_async=False)
+        return redis.Redis(
+            connection_pool=redis.ConnectionPool(connection_class=connection_class, **kwargs)
+        )
+    raise LockConfigurationError(
+        f"expected a redis-py asyncio Redis or RedisCluster client, got {type(client).__name__}"
+    )

@@ -1,0 +1,218 @@
+"""Run an operation's steps against Redis: once with a sync client, once with asyncio.
+
+Every public operation is written once, as a generator that yields *effects* (run this script,
+wait for a wake-up, ...) and receives their results. :func:`drive` executes the effects with
+blocking calls, :func:`adrive` with ``await``: the two API flavours share every decision and
+differ only here. Redis errors are turned into :class:`LockBackendError` and thrown back into
+the operation, so it can clean up (or remember a token for a retry) before the error leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisError
+
+from .backend import Backend
+from .errors import LockBackendError
+from .scripting import Call, run, run_async, run_many, run_many_async
+from .wakeup import AsyncWaiter, SyncWaiter
+
+__all__ = [
+    "Command",
+    "Detach",
+    "Eval",
+    "EvalWait",
+    "Listen",
+    "Operation",
+    "Wait",
+    "adrive",
+    "drive",
+]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Eval:
+    """Run one script; result: its reply."""
+
+    call: Call
+
+
+@dataclass(frozen=True, slots=True)
+class EvalWait:
+    """Run one script then ``WAIT replicas timeout_ms`` on the same connection.
+
+    Result: ``(reply, acknowledged_replicas)``.
+    """
+
+    call: Call
+    replicas: int
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """Run one plain command on the node serving ``route_key``; result: its reply."""
+
+    args: tuple[Any, ...]
+    route_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """Register for wake-ups of ``member``; result: a waiter (close it when done)."""
+
+    member: str
+    ready_timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Block until the waiter is woken or ``timeout`` passes; result: True if woken."""
+
+    waiter: SyncWaiter | AsyncWaiter
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Detach:
+    """Run a script in the background and do not wait (clean-up after a cancellation)."""
+
+    call: Call
+
+
+Effect = Eval | EvalWait | Command | Listen | Wait | Detach
+Operation = Generator[Effect, Any, T]
+
+
+def _backend_error(exc: RedisError) -> LockBackendError:
+    error = LockBackendError(f"Redis failed: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def drive(operation: Operation[T], backend: Backend) -> T:
+    """Run ``operation`` to completion with blocking calls."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = operation.send(value) if error is None else operation.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        try:
+            value = _execute(effect, backend)
+        except RedisError as exc:
+            error = _backend_error(exc)
+        except BaseException as exc:
+            error = exc
+
+
+def _execute(effect: Effect, backend: Backend) -> Any:
+    if isinstance(effect, Eval):
+        return run(backend.client, effect.call)
+    if isinstance(effect, EvalWait):
+        client = backend.node_client(effect.call.keys[0])
+        replies = run_many(client, [effect.call], wait=(effect.replicas, effect.timeout_ms))
+        return _eval_wait_result(replies)
+    if isinstance(effect, Command):
+        return backend.command(effect.args, effect.route_key)
+    if isinstance(effect, Listen):
+        hub = backend.hub()
+        waiter = hub.register(effect.member)
+        hub.wait_ready(effect.ready_timeout)
+        return waiter
+    if isinstance(effect, Wait):
+        assert isinstance(effect.waiter, SyncWaiter)
+        return effect.waiter.wait(effect.timeout)
+    if isinstance(effect, Detach):
+        threading.Thread(
+            target=_detached, args=(backend, effect.call), name="drl-cleanup", daemon=True
+        ).start()
+        return None
+    raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover
+
+
+def _detached(backend: Backend, call: Call) -> None:
+    try:
+        run(backend.client, call)
+    except RedisError as exc:
+        logger.warning("clean-up of an interrupted call failed: %s", exc)
+
+
+def _eval_wait_result(replies: list[Any]) -> tuple[Any, int]:
+    for reply in replies:
+        if isinstance(reply, RedisError):
+            raise reply
+    return replies[0], int(replies[1])
+
+
+async def adrive(operation: Operation[T], backend: Backend) -> T:
+    """Run ``operation`` to completion with ``await``."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = operation.send(value) if error is None else operation.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        value, error = None, None
+        try:
+            value = await _aexecute(effect, backend)
+        except RedisError as exc:
+            error = _backend_error(exc)
+        except BaseException as exc:
+            error = exc
+
+
+_background: set[asyncio.Task[Any]] = set()
+
+
+async def _aexecute(effect: Effect, backend: Backend) -> Any:
+    if isinstance(effect, Eval):
+        return await run_async(await backend.aclient(), effect.call)
+    if isinstance(effect, EvalWait):
+        if backend.cluster:  # a WAIT must follow the write on one node connection
+            replies = await asyncio.to_thread(
+                run_many,
+                backend.node_client(effect.call.keys[0]),
+                [effect.call],
+                wait=(effect.replicas, effect.timeout_ms),
+            )
+        else:
+            replies = await run_many_async(
+                await backend.aclient(), [effect.call], wait=(effect.replicas, effect.timeout_ms)
+            )
+        return _eval_wait_result(replies)
+    if isinstance(effect, Command):
+        return await backend.acommand(effect.args, effect.route_key)
+    if isinstance(effect, Listen):
+        hub = backend.hub()
+        waiter = hub.register_async(effect.member)
+        await hub.await_ready(effect.ready_timeout)
+        return waiter
+    if isinstance(effect, Wait):
+        assert isinstance(effect.waiter, AsyncWaiter)
+        return await effect.waiter.wait(effect.timeout)
+    if isinstance(effect, Detach):
+        task = asyncio.get_running_loop().create_task(_adetached(backend, effect.call))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+        return None
+    raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover
+
+
+async def _adetached(backend: Backend, call: Call) -> None:
+    try:
+        await run_async(await backend.aclient(), call)
+    except RedisError as exc:
+        logger.warning("clean-up of an interrupted call failed: %s", exc)

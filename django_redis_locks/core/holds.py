@@ -1,0 +1,122 @@
+"""Who holds what: owner identity (thread or asyncio task), hold records and holder metadata.
+
+A lock object may be shared by many threads and tasks. Each of them gets its own hold, keyed
+by the *owner*: the running asyncio task if there is one, else the current thread. Holds are
+also stamped with the process id, so after ``fork()`` a child never sees its parent's holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidArgument, InvalidArgumentType
+
+__all__ = ["MAX_METADATA_BYTES", "Hold", "current_owner", "holder_metadata", "new_token"]
+
+#: Largest accepted holder metadata, JSON-encoded, in bytes.
+MAX_METADATA_BYTES = 4096
+_HOST = socket.gethostname()
+
+
+def new_token() -> str:
+    """A fresh random token: 160 bits from ``secrets``, URL-safe text."""
+    return secrets.token_urlsafe(20)
+
+
+def current_owner() -> threading.Thread | asyncio.Task[Any]:
+    """The running asyncio task if any, else the current thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return threading.current_thread()
+    task = asyncio.current_task()
+    return task if task is not None else threading.current_thread()
+
+
+def owner_alive(owner: object) -> bool:
+    """Whether a thread is alive or a task not yet done."""
+    if isinstance(owner, threading.Thread):
+        return owner.is_alive()
+    if isinstance(owner, asyncio.Task):
+        return not owner.done()
+    return False
+
+
+def check_metadata(metadata: object) -> dict[str, Any]:
+    """Validate user metadata: a JSON-serialisable mapping with str keys, or None."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgumentType(
+            "metadata", f"must be a mapping or None, not {type(metadata).__name__}"
+        )
+    result = dict(metadata)
+    if not all(isinstance(key, str) for key in result):
+        raise InvalidArgumentType("metadata", "keys must be str")
+    try:
+        encoded = json.dumps(result, separators=(",", ":"), default=str)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument("metadata", f"must be JSON-serialisable ({exc})") from None
+    if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
+        raise InvalidArgument("metadata", f"is larger than {MAX_METADATA_BYTES} bytes as JSON")
+    return result
+
+
+def holder_metadata(owner: object, extra: Mapping[str, Any]) -> str:
+    """JSON text describing the holder: host, pid, thread, task and the caller's metadata."""
+    info: dict[str, Any] = {"host": _HOST, "pid": os.getpid()}
+    thread = threading.current_thread()
+    info["thread"] = f"{thread.name} ({thread.ident})"
+    if isinstance(owner, asyncio.Task):
+        info["task"] = owner.get_name()
+    info.update(extra)
+    return json.dumps(info, separators=(",", ":"), default=str)
+
+
+@dataclass(eq=False)
+class Hold:
+    """One owner's hold on one lock, as this process knows it.
+
+    ``expires_at`` is a conservative local estimate (``time.monotonic()``): the clock was read
+    before the request that set the TTL was sent, so Redis expires the key no earlier.
+    """
+
+    token: str
+    fence: int
+    ttl: float
+    expires_at: float
+    owner: weakref.ref[Any]
+    backend: Any  # the Backend the hold was taken on: release and extend go there
+    keys: Any  # the primitive's keys on that backend
+    pid: int = field(default_factory=os.getpid)
+    lost_reason: str | None = None
+    lost_event: threading.Event = field(default_factory=threading.Event)
+    release_attempted: bool = False
+    on_lost: Callable[[str], None] | None = None
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_reason is not None
+
+    def mark_lost(self, reason: str) -> bool:
+        """Record that the hold is gone; returns False if it was already marked."""
+        if self.lost_reason is not None:
+            return False
+        self.lost_reason = reason
+        self.lost_event.set()
+        if self.on_lost is not None:
+            self.on_lost(reason)
+        return True
+
+    def local_time_left(self) -> float:
+        return self.expires_at - time.monotonic()

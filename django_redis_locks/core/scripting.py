@@ -1,0 +1,139 @@
+"""Lua scripts: read once from the package, run with EVALSHA, reloaded on NOSCRIPT.
+
+Each ``.lua`` file under ``scripts/`` is one atomic operation and opens with a header naming
+its KEYS, ARGV and reply. Running a script never sends its source unless the server answers
+NOSCRIPT (after a restart, ``SCRIPT FLUSH`` or a failover); then the source is loaded and the
+call repeated once. The same path works for redis-py's ``Redis``, ``RedisCluster`` and their
+asyncio twins, and for pipelines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+__all__ = ["Call", "Script", "load", "run", "run_async", "run_many", "run_many_async"]
+
+Arg = str | int | float | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One Lua script: its file name, source and SHA1 digest."""
+
+    name: str
+    source: str
+    sha: str
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One invocation of a script: the script, its KEYS and its ARGV."""
+
+    script: Script
+    keys: Sequence[str]
+    args: Sequence[Arg]
+
+    def evalsha_args(self) -> tuple[Any, ...]:
+        return (self.script.sha, len(self.keys), *self.keys, *self.args)
+
+
+_CACHE: dict[str, Script] = {}
+
+
+def load(name: str) -> Script:
+    """Return the script ``scripts/<name>.lua``, read from the package once per process."""
+    script = _CACHE.get(name)
+    if script is None:
+        source = resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text("utf-8")
+        sha = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+        script = _CACHE[name] = Script(name, source, sha)
+    return script
+
+
+def run(client: Any, call: Call) -> Any:
+    """Run ``call`` on a synchronous redis-py client; reload the script once on NOSCRIPT."""
+    try:
+        return client.evalsha(*call.evalsha_args())
+    except NoScriptError:
+        client.script_load(call.script.source)
+        return client.evalsha(*call.evalsha_args())
+
+
+async def run_async(client: Any, call: Call) -> Any:
+    """Run ``call`` on an asyncio redis-py client; reload the script once on NOSCRIPT."""
+    try:
+        return await client.evalsha(*call.evalsha_args())
+    except NoScriptError:
+        await client.script_load(call.script.source)
+        return await client.evalsha(*call.evalsha_args())
+
+
+def run_many(client: Any, calls: Sequence[Call], *, wait: tuple[int, int] | None = None) -> list[Any]:
+    """Run several calls in one pipeline round trip (one connection, no MULTI).
+
+    ``wait=(replicas, timeout_ms)`` appends ``WAIT`` so that it runs on the same connection
+    right after the scripts. Errors come back in the result list, as redis-py exceptions,
+    except NOSCRIPT: the missing scripts are loaded and only the calls that did not run are
+    repeated (with ``WAIT`` again after them).
+    """
+    results = _pipeline(client, calls, wait)
+    missing = _missing(calls, results)
+    if missing:
+        for script in {calls[i].script for i in missing}:
+            client.script_load(script.source)
+        retried = _pipeline(client, [calls[i] for i in missing], wait)
+        results = _merge(results, missing, retried, len(calls))
+    return results
+
+
+def _missing(calls: Sequence[Call], results: list[Any]) -> list[int]:
+    return [i for i in range(len(calls)) if isinstance(results[i], NoScriptError)]
+
+
+def _merge(results: list[Any], missing: list[int], retried: list[Any], n: int) -> list[Any]:
+    merged = list(results)
+    for position, index in enumerate(missing):
+        merged[index] = retried[position]
+    if len(retried) > len(missing):  # the WAIT reply of the second round trip wins
+        merged[n:] = retried[len(missing) :]
+    return merged
+
+
+def _pipeline(client: Any, calls: Sequence[Call], wait: tuple[int, int] | None) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for call in calls:
+        pipe.evalsha(*call.evalsha_args())
+    if wait is not None:
+        pipe.execute_command("WAIT", *wait)
+    return list(pipe.execute(raise_on_error=False))
+
+
+async def run_many_async(
+    client: Any, calls: Sequence[Call], *, wait: tuple[int, int] | None = None
+) -> list[Any]:
+    """Asyncio twin of :func:`run_many`."""
+    results = await _pipeline_async(client, calls, wait)
+    missing = _missing(calls, results)
+    if missing:
+        for script in {calls[i].script for i in missing}:
+            await client.script_load(script.source)
+        retried = await _pipeline_async(client, [calls[i] for i in missing], wait)
+        results = _merge(results, missing, retried, len(calls))
+    return results
+
+
+async def _pipeline_async(
+    client: Any, calls: Sequence[Call], wait: tuple[int, int] | None
+) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for call in calls:
+        pipe.evalsha(*call.evalsha_args())
+    if wait is not None:
+        pipe.execute_command("WAIT", *wait)
+    return list(await pipe.execute(raise_on_error=False))

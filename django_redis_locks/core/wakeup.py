@@ -1,0 +1,265 @@
+"""Wake blocked waiters when a lock is released: one pub/sub connection per process and server.
+
+Release scripts publish the released member (``"lock:<name>"``) on the namespace's channel,
+but only while the name's "someone waits" flag is set, so uncontended locks publish nothing.
+In each process a single listener thread per (client, channel) subscribes once and wakes the
+local waiters of that member, sync (``threading.Event``) and asyncio alike (through
+``loop.call_soon_threadsafe``). However many callers wait, the process holds one extra
+connection per server.
+
+Waiters never rely on a notification alone: each wait is bounded (by the holder's remaining
+TTL and a re-check interval), so a lost message costs latency, never liveness. After the
+listener reconnects it wakes everybody, since messages may have been missed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from redis.exceptions import RedisError
+
+__all__ = ["AsyncWaiter", "SyncWaiter", "WakeupHub", "hub_for"]
+
+logger = logging.getLogger(__name__)
+
+#: How long the listener blocks in one read; also how fast it notices it has become idle.
+_POLL_SECONDS = 1.0
+#: The listener unsubscribes and ends after this long without waiters.
+_IDLE_EXIT_SECONDS = 30.0
+
+
+class SyncWaiter:
+    """A thread's registration for wake-ups of one member."""
+
+    __slots__ = ("_event", "hub", "member")
+
+    def __init__(self, hub: WakeupHub, member: str) -> None:
+        self.hub = hub
+        self.member = member
+        self._event = threading.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True if woken. Consumes the wake-up."""
+        woken = self._event.wait(max(timeout, 0.0))
+        self._event.clear()
+        return woken
+
+    def close(self) -> None:
+        self.hub.unregister(self)
+
+
+class AsyncWaiter:
+    """An asyncio task's registration for wake-ups of one member."""
+
+    __slots__ = ("_event", "_loop", "hub", "member")
+
+    def __init__(self, hub: WakeupHub, member: str) -> None:
+        self.hub = hub
+        self.member = member
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._event.set)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds; True if woken. Consumes the wake-up."""
+        try:
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await self._event.wait()
+        except TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+        return True
+
+    def close(self) -> None:
+        self.hub.unregister(self)
+
+
+Waiter = SyncWaiter | AsyncWaiter
+
+
+class WakeupHub:
+    """The listener of one channel on one server, shared by every waiter in the process."""
+
+    def __init__(self, client: Any, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._mutex = threading.Lock()
+        self._waiters: dict[str, set[Waiter]] = {}
+        self._ready = threading.Event()
+        self._ready_futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._thread: threading.Thread | None = None
+        self._idle_since = time.monotonic()
+        self.pid = os.getpid()
+
+    # -- registration ------------------------------------------------------------------
+    def register(self, member: str) -> SyncWaiter:
+        waiter = SyncWaiter(self, member)
+        self._add(waiter)
+        return waiter
+
+    def register_async(self, member: str) -> AsyncWaiter:
+        waiter = AsyncWaiter(self, member)
+        self._add(waiter)
+        return waiter
+
+    def _add(self, waiter: Waiter) -> None:
+        with self._mutex:
+            self._waiters.setdefault(waiter.member, set()).add(waiter)
+            if self._thread is None:
+                self._ready.clear()
+                self._thread = threading.Thread(
+                    target=self._run, name=f"drl-wakeup-{self._channel}", daemon=True
+                )
+                self._thread.start()
+
+    def unregister(self, waiter: Waiter) -> None:
+        with self._mutex:
+            group = self._waiters.get(waiter.member)
+            if group is not None:
+                group.discard(waiter)
+                if not group:
+                    del self._waiters[waiter.member]
+            if not self._waiters:
+                self._idle_since = time.monotonic()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until the subscription is confirmed, at most ``timeout`` seconds."""
+        return self._ready.wait(max(timeout, 0.0))
+
+    async def await_ready(self, timeout: float) -> bool:
+        """Asyncio twin of :meth:`wait_ready`."""
+        if self._ready.is_set():
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._mutex:
+            self._ready_futures.append((loop, future))
+        if self._ready.is_set():
+            return True
+        try:
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await future
+        except TimeoutError:
+            return False
+        finally:
+            with self._mutex:
+                self._ready_futures = [(lp, f) for lp, f in self._ready_futures if f is not future]
+        return True
+
+    @property
+    def listening(self) -> bool:
+        return self._thread is not None
+
+    # -- listener thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        pubsub = None
+        backoff = 0.05
+        had_error = False
+        try:
+            while True:
+                with self._mutex:
+                    idle = time.monotonic() - self._idle_since
+                    if not self._waiters and idle > _IDLE_EXIT_SECONDS:
+                        self._thread = None
+                        self._ready.clear()
+                        return
+                try:
+                    if pubsub is None:
+                        pubsub = self._client.pubsub()
+                        pubsub.subscribe(self._channel)
+                    message = pubsub.get_message(timeout=_POLL_SECONDS)
+                except RedisError as exc:
+                    logger.debug("wake-up listener on %s: %s", self._channel, exc)
+                    self._ready.clear()
+                    _close(pubsub)
+                    pubsub = None
+                    had_error = True
+                    self._wake_all()
+                    time.sleep(backoff)  # reconnect back-off, not synchronisation
+                    backoff = min(backoff * 2, 1.0)
+                    continue
+                if message is None:
+                    continue
+                if message["type"] == "subscribe":
+                    backoff = 0.05
+                    self._set_ready()
+                    if had_error:  # messages may have been lost while disconnected
+                        self._wake_all()
+                elif message["type"] == "message":
+                    data = message["data"]
+                    self._wake(data.decode("utf-8") if isinstance(data, bytes) else str(data))
+        finally:
+            _close(pubsub)
+
+    def _set_ready(self) -> None:
+        self._ready.set()
+        with self._mutex:
+            futures, self._ready_futures = self._ready_futures, []
+        for loop, future in futures:
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:
+                pass
+
+    def _wake(self, member: str) -> None:
+        with self._mutex:
+            waiters = list(self._waiters.get(member, ()))
+        for waiter in waiters:
+            waiter.wake()
+
+    def _wake_all(self) -> None:
+        with self._mutex:
+            waiters = [w for group in self._waiters.values() for w in group]
+        for waiter in waiters:
+            waiter.wake()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _close(pubsub: Any) -> None:
+    if pubsub is not None:
+        try:
+            pubsub.close()
+        except RedisError:  # pragma: no cover - closing a dead connection
+            pass
+
+
+_hubs_mutex = threading.Lock()
+
+
+def hub_for(client: Any, channel: str) -> WakeupHub:
+    """The process-wide hub for ``client`` (a sync redis-py client) and ``channel``.
+
+    Hubs live on the client object, so they go away with it.
+    """
+    with _hubs_mutex:
+        hubs: dict[str, WakeupHub] = client.__dict__.setdefault("_drl_wakeup_hubs", {})
+        hub = hubs.get(channel)
+        if hub is None or hub.pid != os.getpid():  # after fork(), start afresh
+            hub = hubs[channel] = WakeupHub(client, channel)
+        return hub
+
+
+def _reinit_after_fork() -> None:
+    global _hubs_mutex
+    _hubs_mutex = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reinit_after_fork)
