@@ -93,10 +93,9 @@ def derive_async(client: Any) -> Any:
         pool = client.connection_pool
         kwargs = _portable(pool.connection_kwargs)
         connection_class = _twin_class(pool.connection_class, to_async=True)
-        return redis.asyncio.Redis(
-            connection_pool=redis.asyncio.ConnectionPool(
-                connection_class=connection_class, **kwargs
-            )
+        # from_pool: the client owns the pool, so closing the client closes its connections
+        return redis.asyncio.Redis.from_pool(
+            redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
         )
     raise LockConfigurationError(
         f"expected a redis-py Redis or RedisCluster client, got {type(client).__name__}"
@@ -115,8 +114,8 @@ def derive_sync(client: Any) -> Any:
         pool = client.connection_pool
         kwargs = _portable(pool.connection_kwargs)
         connection_class = _twin_class(pool.connection_class, to_async=False)
-        return redis.Redis(
-            connection_pool=redis.ConnectionPool(connection_class=connection_class, **kwargs)
+        return redis.Redis.from_pool(
+            redis.ConnectionPool(connection_class=connection_class, **kwargs)
         )
     raise LockConfigurationError(
         f"expected a redis-py asyncio Redis or RedisCluster client, got {type(client).__name__}"

@@ -101,7 +101,6 @@ class Hold:
     pid: int = field(default_factory=os.getpid)
     lost_reason: str | None = None
     lost_event: threading.Event = field(default_factory=threading.Event)
-    release_attempted: bool = False
     on_lost: Callable[[str], None] | None = None
 
     @property

@@ -430,12 +430,10 @@ class Lock:
             self._forget(hold)
             raise LockLost(f"lock {self.name!r} was lost: {hold.lost_reason}")
         call = protocol.release_call(hold.keys, hold.token, hold.backend.keys.channel)
-        try:
-            code = protocol.decode_release((yield Eval(call)))
-        except LockBackendError:
-            hold.release_attempted = True  # keep the hold: the caller may retry
-            raise
-        if code == protocol.RELEASED or (code == protocol.NOT_HELD and hold.release_attempted):
+        # On a Redis error the hold is kept, so the caller may retry: a repeated release of
+        # the same token is recognised by the script.
+        code = protocol.decode_release((yield Eval(call)))
+        if code == protocol.RELEASED:
             self._forget(hold)
             return
         raise self._lost(hold, _loss_reason(code))

@@ -82,12 +82,14 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended:
 
 def release_call(keys: LockKeys, token: str, channel: str) -> Call:
     return Call(
-        load("lock_release"), (keys.lock, keys.wait, keys.registry), (token, keys.member, channel)
+        load("lock_release"),
+        (keys.lock, keys.fence, keys.wait, keys.registry),
+        (token, keys.member, channel, FENCE_RETENTION_MS),
     )
 
 
 def decode_release(reply: Any) -> int:
-    """RELEASED, NOT_HELD (expired or removed) or OTHER_HOLDER."""
+    """RELEASED (also for a repeated release of the same token), NOT_HELD or OTHER_HOLDER."""
     return int(reply)
 
 

@@ -182,8 +182,10 @@ class WakeupHub:
                         pubsub = self._client.pubsub()
                         pubsub.subscribe(self._channel)
                     message = pubsub.get_message(timeout=_POLL_SECONDS)
-                except RedisError as exc:
-                    logger.debug("wake-up listener on %s: %s", self._channel, exc)
+                except Exception as exc:  # noqa: BLE001 - the listener must outlive any failure
+                    # RedisError when the server is away; redis-py may also raise TypeError or
+                    # OSError when the client was closed under the listener. Reconnect.
+                    logger.debug("wake-up listener on %s: %r", self._channel, exc)
                     self._ready.clear()
                     _close(pubsub)
                     pubsub = None
@@ -237,7 +239,7 @@ def _close(pubsub: Any) -> None:
     if pubsub is not None:
         try:
             pubsub.close()
-        except RedisError:  # pragma: no cover - closing a dead connection
+        except (RedisError, OSError, TypeError):  # pragma: no cover - closing a dead connection
             pass
 
 

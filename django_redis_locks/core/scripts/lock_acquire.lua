@@ -1,7 +1,7 @@
 -- lock_acquire: take the lock if it is free; one atomic step, clock from TIME.
 --
 -- KEYS[1]  <ns>:{b}:lock:<name>   lock hash (token, fence, acquired, expires, meta)
--- KEYS[2]  <ns>:{b}:fence:<name>  last fencing number handed out
+-- KEYS[2]  <ns>:{b}:fence:<name>  hash: fence (last number handed out), released (last token)
 -- KEYS[3]  <ns>:{b}:wait:<name>   "someone waits" flag, set on contention
 -- KEYS[4]  <ns>:{b}:registry      ZSET member -> expiry (ms), pruned here
 -- ARGV[1]  token (random, >= 128 bits)
@@ -35,12 +35,13 @@ end
 
 local ttl = tonumber(ARGV[2])
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+local fence = tonumber(redis.call('HGET', KEYS[2], 'fence') or '0') + 1
 if fence < now_us then fence = now_us end
 fence = string.format('%.0f', fence)
 local expires = now_ms + ttl
 
-redis.call('SET', KEYS[2], fence, 'PX', ttl + tonumber(ARGV[5]))
+redis.call('HSET', KEYS[2], 'fence', fence)
+redis.call('PEXPIRE', KEYS[2], ttl + tonumber(ARGV[5]))
 redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence,
     'acquired', string.format('%.0f', now_ms), 'expires', string.format('%.0f', expires),
     'meta', ARGV[3])

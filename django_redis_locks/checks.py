@@ -1,0 +1,88 @@
+"""System checks (``manage.py check``) for the lock settings and connection, with stable ids.
+
+- ``django_redis_locks.E001``: the configured cache alias is not in ``CACHES``.
+- ``django_redis_locks.E002``: the alias's cache backend cannot carry locks.
+- ``django_redis_locks.E003``: ``DJANGO_REDIS_LOCKS`` is invalid (or its factory fails).
+- ``django_redis_locks.W001``: the connection has no socket timeout.
+- ``django_redis_locks.W002``: locks share the ``default`` cache, whose ``clear()`` wipes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import caches
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+
+from .conf import SETTING_NAME, get_config
+from .connection import backend_kind, get_client, load_factory
+from .core.errors import LockConfigurationError
+
+__all__ = ["check_settings"]
+
+_DOCS = "see the reference of DJANGO_REDIS_LOCKS in the django-redis-locks docs"
+
+
+@register(Tags.caches)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        config = get_config()
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), hint=_DOCS, id="django_redis_locks.E003")]
+    if config.client_factory is not None:
+        try:
+            load_factory()
+        except LockConfigurationError as exc:
+            return [Error(str(exc), hint=_DOCS, id="django_redis_locks.E003")]
+        return []
+
+    alias = config.cache_alias
+    if alias not in settings.CACHES:
+        return [
+            Error(
+                f"{SETTING_NAME}['CACHE_ALIAS'] is {alias!r}, which is not in CACHES.",
+                hint=f"Add a Redis cache called {alias!r} to CACHES, or set CACHE_ALIAS to "
+                f"one of {sorted(settings.CACHES)}.",
+                id="django_redis_locks.E001",
+            )
+        ]
+    if backend_kind(caches[alias]) is None:
+        return [
+            Error(
+                f"Cache alias {alias!r} uses {settings.CACHES[alias].get('BACKEND')}, which "
+                "cannot carry locks.",
+                hint="Use django_redis.cache.RedisCache or "
+                "django.core.cache.backends.redis.RedisCache, or set CLIENT_FACTORY.",
+                id="django_redis_locks.E002",
+            )
+        ]
+    try:
+        client = get_client(alias)
+    except LockConfigurationError as exc:
+        return [Error(str(exc), hint=_DOCS, id="django_redis_locks.E002")]
+
+    messages: list[CheckMessage] = []
+    kwargs_ = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if kwargs_.get("socket_timeout") is None:
+        messages.append(
+            Warning(
+                f"The Redis connection of cache alias {alias!r} has no socket timeout: a "
+                "paused or unreachable Redis would block lock calls for ever.",
+                hint="Set OPTIONS SOCKET_TIMEOUT and SOCKET_CONNECT_TIMEOUT (django-redis) "
+                "or socket_timeout and socket_connect_timeout (Django's RedisCache), "
+                "e.g. 5 seconds.",
+                id="django_redis_locks.W001",
+            )
+        )
+    if alias == "default":
+        messages.append(
+            Warning(
+                "Locks use the 'default' cache: cache.clear() on it deletes every live lock.",
+                hint="Add a cache alias for locks (it may point at the same server) and set "
+                f"{SETTING_NAME}['CACHE_ALIAS'] to it, or silence django_redis_locks.W002.",
+                id="django_redis_locks.W002",
+            )
+        )
+    return messages

@@ -1,0 +1,105 @@
+"""The ``DJANGO_REDIS_LOCKS`` settings dict: defaults, validation and a cache reset on change.
+
+Read lazily through :func:`get_config`; ``override_settings`` works because the cached value
+is dropped whenever ``DJANGO_REDIS_LOCKS`` or ``CACHES`` change.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from .core.backend import DEFAULT_NAMESPACE, DEFAULT_REPLICA_WAIT_TIMEOUT, DEFAULT_TIMEOUT
+from .core.errors import LockError
+from .core.validation import check_namespace, check_ttl
+
+__all__ = ["SETTING_NAME", "Config", "get_config", "reset"]
+
+SETTING_NAME = "DJANGO_REDIS_LOCKS"
+
+OnRedisError = Literal["fail_closed", "fail_open"]
+
+DEFAULTS: dict[str, Any] = {
+    # Cache alias whose Redis connection the locks use (django-redis or Django's RedisCache).
+    "CACHE_ALIAS": "default",
+    # Prefix of every key; keep it apart from ordinary cache keys.
+    "NAMESPACE": DEFAULT_NAMESPACE,
+    # TTL in seconds of locks created without timeout=.
+    "DEFAULT_TIMEOUT": DEFAULT_TIMEOUT,
+    # What the decorator does when Redis fails: "fail_closed" (raise / 503) or "fail_open"
+    # (run the wrapped code without the lock, and log it).
+    "ON_REDIS_ERROR": "fail_closed",
+    # Dotted path to a ClientFactory subclass (or any callable alias -> client), for Redis
+    # Cluster or custom clients; None: take the client from CACHE_ALIAS.
+    "CLIENT_FACTORY": None,
+    # Seconds an acquire with wait_for_replicas waits for replica acknowledgements.
+    "REPLICA_WAIT_TIMEOUT": DEFAULT_REPLICA_WAIT_TIMEOUT,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Validated settings."""
+
+    cache_alias: str
+    namespace: str
+    default_timeout: float
+    on_redis_error: OnRedisError
+    client_factory: str | None
+    replica_wait_timeout: float
+
+
+def _invalid(key: str, message: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"{SETTING_NAME}[{key!r}] {message}")
+
+
+def _build(user: Any) -> Config:
+    if not isinstance(user, dict):
+        raise ImproperlyConfigured(f"{SETTING_NAME} must be a dict, not {type(user).__name__}")
+    unknown = sorted(set(user) - set(DEFAULTS))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"{SETTING_NAME} has unknown keys {unknown}; known keys: {sorted(DEFAULTS)}"
+        )
+    values = {**DEFAULTS, **user}
+    alias = values["CACHE_ALIAS"]
+    if not isinstance(alias, str) or not alias:
+        raise _invalid("CACHE_ALIAS", f"must be a non-empty str, not {alias!r}")
+    policy = values["ON_REDIS_ERROR"]
+    if policy not in ("fail_closed", "fail_open"):
+        raise _invalid("ON_REDIS_ERROR", f"must be 'fail_closed' or 'fail_open', not {policy!r}")
+    factory = values["CLIENT_FACTORY"]
+    if factory is not None and (not isinstance(factory, str) or not factory):
+        raise _invalid("CLIENT_FACTORY", f"must be a dotted path or None, not {factory!r}")
+    try:
+        namespace = check_namespace(values["NAMESPACE"])
+        default_timeout = check_ttl(values["DEFAULT_TIMEOUT"], "DEFAULT_TIMEOUT")
+        replica_wait = check_ttl(values["REPLICA_WAIT_TIMEOUT"], "REPLICA_WAIT_TIMEOUT")
+    except LockError as exc:
+        raise ImproperlyConfigured(f"{SETTING_NAME}: {exc}") from exc
+    return Config(
+        cache_alias=alias,
+        namespace=namespace,
+        default_timeout=default_timeout,
+        on_redis_error=policy,
+        client_factory=factory,
+        replica_wait_timeout=replica_wait,
+    )
+
+
+@functools.cache
+def get_config() -> Config:
+    """The validated settings. Raises ImproperlyConfigured when they are wrong."""
+    return _build(getattr(settings, SETTING_NAME, {}))
+
+
+def reset() -> None:
+    """Forget the cached settings (and the connections built from them)."""
+    get_config.cache_clear()
+    from . import connection
+
+    connection.reset()

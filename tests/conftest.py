@@ -1,0 +1,27 @@
+"""Test-suite wiring: real Redis servers from tests.harness, Django pointed at them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_redis_locks.core import Backend
+from tests import settings as test_settings
+
+pytest_plugins = ["tests.harness.plugin"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _django_on_test_redis(redis_server: Any) -> Iterator[None]:
+    """Point every Redis cache alias of the test settings at the session's server."""
+    with override_settings(CACHES=test_settings.redis_caches(redis_server.url)):
+        yield
+
+
+@pytest.fixture
+def backend(redis_client: Any, namespace: str) -> Backend:
+    """A core Backend on the session server, with a namespace of the test's own."""
+    return Backend(redis_client, namespace=namespace)

@@ -1,0 +1,70 @@
+"""Django settings for the test suite. The Redis location is filled in by tests/conftest.py."""
+
+from __future__ import annotations
+
+import os
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_redis_locks",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+
+# Which cache backend carries the locks in this run: "django_redis" or "django" (built-in).
+CACHE_BACKEND = os.environ.get("DRL_TEST_CACHE_BACKEND", "django_redis")
+# Placeholder until the test session's own server is known (see tests/conftest.py).
+REDIS_LOCATION = "redis://127.0.0.1:1/0"
+
+
+def redis_caches(location: str, backend: str = CACHE_BACKEND) -> dict[str, dict[str, object]]:
+    """CACHES for ``location``: a "default" cache and a "locks" alias on the same server."""
+    if backend == "django_redis":
+        entry: dict[str, object] = {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": location,
+            "OPTIONS": {"SOCKET_TIMEOUT": 5, "SOCKET_CONNECT_TIMEOUT": 5},
+        }
+    elif backend == "django":
+        entry = {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": location,
+            "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5},
+        }
+    else:
+        raise ValueError(f"DRL_TEST_CACHE_BACKEND must be django_redis or django, not {backend!r}")
+    return {"default": dict(entry), "locks": dict(entry)}
+
+
+CACHES = redis_caches(REDIS_LOCATION)
+DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks"}
