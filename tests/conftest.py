@@ -22,6 +22,8 @@ def _django_on_test_redis(redis_server: Any) -> Iterator[None]:
 
 
 @pytest.fixture
-def backend(redis_client: Any, namespace: str) -> Backend:
+def backend(redis_client: Any, namespace: str) -> Iterator[Backend]:
     """A core Backend on the session server, with a namespace of the test's own."""
-    return Backend(redis_client, namespace=namespace)
+    backend = Backend(redis_client, namespace=namespace)
+    yield backend
+    backend.close()

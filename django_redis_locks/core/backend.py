@@ -17,7 +17,14 @@ import weakref
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from .clients import derive_async, derive_sync, is_async_client, is_cluster_client
+from .clients import (
+    bounded_client,
+    derive_async,
+    derive_sync,
+    is_async_client,
+    is_cluster_client,
+    is_standard_async_client,
+)
 from .errors import InvalidArgumentType, LockConfigurationError
 from .keys import KeySpace
 from .validation import check_ttl
@@ -43,6 +50,10 @@ class Backend:
     ``client``: a redis-py ``Redis`` or ``RedisCluster``, sync or asyncio. If only one kind
     is given, the other is derived from its connection settings. ``async_client_factory`` is
     called once per event loop to make that loop's asyncio client.
+
+    A plain ``Redis`` (sync or asyncio) is not used as is but through sibling clients with
+    the same settings whose calls fail within one socket timeout (see :func:`bounded_client`);
+    pass ``bound_retries=False`` to use the client exactly as given.
     """
 
     def __init__(
@@ -54,14 +65,22 @@ class Backend:
         default_timeout: float = DEFAULT_TIMEOUT,
         replica_wait_timeout: float = DEFAULT_REPLICA_WAIT_TIMEOUT,
         name: str = "",
+        bound_retries: bool = True,
     ) -> None:
         fixed_async = None
-        if is_async_client(client):
-            fixed_async, client = client, derive_sync(client)
-        elif not hasattr(client, "evalsha"):
+        given = client
+        if not hasattr(client, "evalsha"):
             raise InvalidArgumentType(
-                "client", f"must be a redis-py client, not {type(client).__name__}"
+                "client", f"must be a redis-py client or a Backend, not {type(client).__name__}"
             )
+        if is_async_client(client):
+            if not (bound_retries and is_standard_async_client(client)):
+                fixed_async = client
+            # else: the asyncio client is a template, copied (bounded) for each event loop
+            client = derive_sync(client)
+        elif bound_retries:
+            client = bounded_client(client)
+        self._given = given
         self.client = client
         self.cluster = is_cluster_client(client)
         self.keys = KeySpace(namespace)
@@ -98,6 +117,11 @@ class Backend:
         entry = self._per_loop.pop(loop, None)
         if entry is not None:
             await entry.close()
+
+    def close(self) -> None:
+        """Close the sync client's connections if this Backend made that client."""
+        if self.client is not self._given:
+            self.client.close()
 
     def node_client(self, key: str) -> Any:
         """A sync client whose pipelines run on the one connection serving ``key``."""

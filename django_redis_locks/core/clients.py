@@ -12,11 +12,20 @@ from typing import Any
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.retry
 import redis.cluster
+import redis.retry
+from redis.backoff import NoBackoff
 
 from .errors import LockConfigurationError
 
-__all__ = ["derive_async", "derive_sync", "is_async_client", "is_cluster_client"]
+__all__ = [
+    "bounded_client",
+    "derive_async",
+    "derive_sync",
+    "is_async_client",
+    "is_cluster_client",
+]
 
 # Connection settings that mean the same to sync and asyncio connections.
 _PORTABLE_KWARGS = (
@@ -58,6 +67,52 @@ _CONNECTION_CLASSES = {
 }
 
 
+def _sync_retry() -> redis.retry.Retry:
+    # One immediate retry after a broken connection (e.g. the server restarted and the pooled
+    # socket is dead); never after a timeout, so a stalled server costs one socket timeout.
+    return redis.retry.Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
+
+
+def _async_retry() -> redis.asyncio.retry.Retry:
+    return redis.asyncio.retry.Retry(
+        NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)
+    )
+
+
+def bounded_client(client: Any) -> Any:
+    """A client on the same server as ``client`` whose calls fail within one socket timeout.
+
+    redis-py retries timed-out commands with back-off by default (10 times in redis-py 8), so
+    a paused server would block a lock call for a minute. For a plain ``Redis`` on a standard
+    pool this returns a sibling client with the same settings and a bounded retry policy, on
+    its own pool (lock traffic then never waits for cache traffic). Other clients (Sentinel,
+    Cluster, custom pools) are returned unchanged: their own retry settings apply.
+    """
+    if type(client) is not redis.Redis:
+        return client
+    pool = client.connection_pool
+    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+        return client
+    if pool.connection_class.__name__ not in _CONNECTION_CLASSES:
+        return client
+    kwargs = _portable(pool.connection_kwargs)
+    kwargs["retry"] = _sync_retry()
+    kwargs.pop("retry_on_timeout", None)
+    new_pool = type(pool)(
+        connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
+    )
+    return redis.Redis.from_pool(new_pool)
+
+
+def is_standard_async_client(client: object) -> bool:
+    """An asyncio ``Redis`` on a standard pool: its settings can be copied to sibling clients."""
+    return (
+        type(client) is redis.asyncio.Redis
+        and type(client.connection_pool) is redis.asyncio.ConnectionPool
+        and client.connection_pool.connection_class.__name__ in _CONNECTION_CLASSES
+    )
+
+
 def is_async_client(client: object) -> bool:
     return isinstance(client, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster)
 
@@ -93,6 +148,8 @@ def derive_async(client: Any) -> Any:
         pool = client.connection_pool
         kwargs = _portable(pool.connection_kwargs)
         connection_class = _twin_class(pool.connection_class, to_async=True)
+        kwargs["retry"] = _async_retry()
+        kwargs.pop("retry_on_timeout", None)
         # from_pool: the client owns the pool, so closing the client closes its connections
         return redis.asyncio.Redis.from_pool(
             redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
@@ -105,7 +162,10 @@ def derive_async(client: Any) -> Any:
 def derive_sync(client: Any) -> Any:
     """A new sync client with the connection settings of the asyncio ``client``."""
     if isinstance(client, redis.asyncio.cluster.RedisCluster):
-        node = client.get_default_node()
+        # Before its first command an asyncio cluster client knows only its startup nodes.
+        node = client.get_default_node() or next(
+            iter(client.nodes_manager.startup_nodes.values())
+        )
         kwargs = _portable(client.connection_kwargs)
         kwargs.pop("db", None)
         kwargs.update(host=node.host, port=node.port)
@@ -114,6 +174,8 @@ def derive_sync(client: Any) -> Any:
         pool = client.connection_pool
         kwargs = _portable(pool.connection_kwargs)
         connection_class = _twin_class(pool.connection_class, to_async=False)
+        kwargs["retry"] = _sync_retry()
+        kwargs.pop("retry_on_timeout", None)
         return redis.Redis.from_pool(
             redis.ConnectionPool(connection_class=connection_class, **kwargs)
         )

@@ -481,7 +481,6 @@ class _Renewal:
 
     def __init__(self, lock: Lock, hold: Hold) -> None:
         self.hold = hold
-        self.client = hold.backend.client
         self._lock = weakref.ref(lock)
         self._name = lock.name
         self._call = protocol.extend_call(

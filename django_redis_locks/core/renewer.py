@@ -1,7 +1,7 @@
 """One renewer per process: a thread that keeps auto-renewed holds alive, in batches.
 
-Each hold is renewed every third of its TTL. Holds due together on the same client go out in
-one pipeline (one round trip). When a renewal finds the hold gone (expired, taken over,
+Each hold is renewed every third of its TTL. Holds due at about the same time on the same
+client go out in one pipeline (one round trip), and stay aligned afterwards. When a renewal finds the hold gone (expired, taken over,
 force-released) or cannot reach Redis before the hold's conservative local expiry, the hold
 is marked lost: ``ensure_held()`` raises ``LockLost`` from then on and the ``on_lost``
 callback runs. Nothing dies silently: a failed round is retried within a fraction of the TTL.
@@ -21,10 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
 from .holds import Hold
-from .scripting import Call, run_many
+from .scripting import Call, run, run_many
 
 __all__ = ["Renewable", "Renewer", "renewer"]
 
@@ -38,7 +36,6 @@ class Renewable(Protocol):
     """What the renewer needs from a held primitive."""
 
     hold: Hold
-    client: Any  # sync redis-py client
 
     def renew_call(self) -> Call: ...
 
@@ -106,9 +103,14 @@ class Renewer:
                     return None
                 self._cond.wait(_IDLE_EXIT_SECONDS)
                 continue
-            due = [entry for entry in self._entries.values() if entry.next_due <= now]
-            if due:
-                return due
+            if any(entry.next_due <= now for entry in self._entries.values()):
+                # Take along every hold due within a sixth of its TTL: renewing it a little
+                # early costs nothing, and holds renewed together stay due together.
+                return [
+                    entry
+                    for entry in self._entries.values()
+                    if entry.next_due <= now + entry.item.hold.ttl / 6
+                ]
             self._cond.wait(min(entry.next_due for entry in self._entries.values()) - now)
 
     def _renew(self, due: Sequence[_Entry]) -> None:
@@ -120,18 +122,29 @@ class Renewer:
                 logger.warning("renew: stopped renewing: %s", reason)
                 self.remove(entry.item.hold)
                 continue
-            groups.setdefault(id(entry.item.client), []).append(entry)
+            # One pipeline per server: on a Cluster, per node serving the hold's slot.
+            call = entry.item.renew_call()
+            client = entry.item.hold.backend.node_client(call.keys[0])
+            groups.setdefault(id(client), []).append(entry)
         for entries in groups.values():
             self._renew_group(entries)
 
     def _renew_group(self, entries: list[_Entry]) -> None:
-        client = entries[0].item.client
+        backend = entries[0].item.hold.backend
+        calls = [entry.item.renew_call() for entry in entries]
         sent_at = time.monotonic()
         replies: list[Any]
         try:
-            replies = run_many(client, [entry.item.renew_call() for entry in entries])
-        except RedisError as exc:
+            replies = run_many(backend.node_client(calls[0].keys[0]), calls)
+        except Exception as exc:  # noqa: BLE001 - the renewer must survive anything
             replies = [exc] * len(entries)
+        if backend.cluster:  # a slot may have moved: retry one by one through the cluster client
+            for index, reply in enumerate(replies):
+                if isinstance(reply, Exception):
+                    try:
+                        replies[index] = run(backend.client, calls[index])
+                    except Exception as exc:  # noqa: BLE001
+                        replies[index] = exc
         for entry, reply in zip(entries, replies, strict=True):
             hold = entry.item.hold
             if isinstance(reply, Exception):

@@ -1,0 +1,111 @@
+"""Every lock script on a 3-master Redis Cluster: one slot per lock, no CROSSSLOT."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import string
+import threading
+import time
+from collections import Counter
+
+import pytest
+from redis.cluster import key_slot
+
+from django_redis_locks import Lock
+from django_redis_locks.core import Backend
+from tests.harness.servers import wait_until
+
+pytestmark = pytest.mark.cluster
+
+ALPHABET = string.ascii_letters + string.digits + ":{}-_/ é中"
+
+
+def random_names(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return list(
+        {"".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 40))) for _ in range(count)}
+    )
+
+
+@pytest.fixture
+def cluster_backend(redis_cluster, namespace):
+    client = redis_cluster.client(socket_timeout=5)
+    yield Backend(client, namespace=namespace)
+    client.close()
+
+
+def test_every_script_over_1000_random_names(cluster_backend: Backend) -> None:
+    names = random_names(1000, seed=1)
+    nodes = Counter()
+    client = cluster_backend.client
+    for name in names:
+        keys = cluster_backend.keys.lock(name)
+        slots = {key_slot(k.encode()) for k in (keys.lock, keys.fence, keys.wait, keys.registry)}
+        assert len(slots) == 1
+        nodes[client.get_node_from_key(keys.lock).name] += 1
+        lock = Lock(name, client=cluster_backend, timeout=5)
+        contender = Lock(name, client=cluster_backend, timeout=5, blocking=False)
+        assert lock.acquire()
+        assert not contender.acquire()  # contended path (sets the wait flag)
+        assert lock.locked() and lock.owned()
+        assert lock.extend(5) > 5
+        assert lock.extend(2, replace=True) == 2
+        assert lock.ensure_held() > 0
+        lock.release()  # publishes: a waiter flag exists
+        assert not lock.locked()
+    assert len(nodes) == 3, f"names did not spread over the masters: {nodes}"
+
+
+def test_blocking_waiter_is_woken_on_cluster(cluster_backend: Backend) -> None:
+    holder = Lock("cluster-handoff", client=cluster_backend, timeout=10)
+    result: list[float] = []
+    held = threading.Event()
+
+    def hold_then_release() -> None:
+        holder.acquire()
+        held.set()
+        member = holder._lock_keys(cluster_backend).member
+        wait_until(
+            lambda: bool(cluster_backend.hub()._waiters.get(member)), timeout=5, what="waiter"
+        )
+        result.append(time.perf_counter())
+        holder.release()
+
+    thread = threading.Thread(target=hold_then_release)
+    thread.start()
+    held.wait(5)
+    waiter = Lock("cluster-handoff", client=cluster_backend, timeout=10)
+    assert waiter.acquire(timeout=10)
+    latency = time.perf_counter() - result[0]
+    waiter.release()
+    thread.join()
+    assert latency < 0.5
+
+
+def test_auto_renew_batches_across_nodes(cluster_backend: Backend) -> None:
+    locks = [Lock(n, client=cluster_backend, timeout=0.5, auto_renew=True) for n in random_names(30, 2)]
+    for lock in locks:
+        lock.acquire()
+    time.sleep(1.2)  # more than two TTLs of work
+    for lock in locks:
+        assert lock.ensure_held() > 0
+        lock.release()
+
+
+def test_async_cluster_client(redis_cluster, namespace: str) -> None:
+    async def main() -> list[int]:
+        client = redis_cluster.async_client(socket_timeout=5)
+        backend = Backend(client, namespace=namespace)
+        fences = []
+        for name in random_names(50, 3):
+            lock = Lock(name, client=backend, timeout=5)
+            async with lock:
+                assert await lock.aowned()
+                await lock.aextend(1)
+                fences.append(lock.fence)
+        await client.aclose()
+        backend.client.close()
+        return fences
+
+    assert len(asyncio.run(main())) == 50
