@@ -14,7 +14,9 @@ Async callers get an asyncio client per event loop, built from the same settings
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -87,15 +89,12 @@ def get_backend(using: str | None = None) -> Backend:
 def _build_backend(alias: str) -> Backend:
     config = get_config()
     factory = load_factory()
+    async_factory: Callable[[], Any] | None = None
     if factory is not None:
         client = factory.get_client(alias)
-
-        def async_factory() -> Any:
-            return factory.get_async_client(alias)
-
+        async_factory = functools.partial(factory.get_async_client, alias)
     else:
         client = get_client(alias)
-        async_factory = None
     return Backend(
         client,
         async_client_factory=async_factory,
@@ -154,7 +153,7 @@ def get_client(alias: str) -> Any:
 
 
 def backend_kind(cache: Any) -> str | None:
-    """"django_redis", "django" (built-in RedisCache) or None (unsupported)."""
+    """ "django_redis", "django" (built-in RedisCache) or None (unsupported)."""
     for klass in type(cache).__mro__:
         path = f"{klass.__module__}.{klass.__qualname__}"
         if path == DJANGO_REDIS_BACKEND:

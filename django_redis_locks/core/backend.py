@@ -176,6 +176,10 @@ class _LoopClient:
 
 def backend_for_client(client: Any, namespace: str = DEFAULT_NAMESPACE) -> Backend:
     """The Backend for an explicit client, made once per (client, namespace) and kept on it."""
+    if not hasattr(client, "evalsha") or not hasattr(client, "__dict__"):
+        raise InvalidArgumentType(
+            "client", f"must be a redis-py client or a Backend, not {type(client).__name__}"
+        )
     with _cache_mutex:
         cache: dict[str, Backend] = client.__dict__.setdefault("_drl_backends", {})
         backend = cache.get(namespace)

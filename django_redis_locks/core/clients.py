@@ -139,7 +139,7 @@ def _twin_class(connection_class: type, to_async: bool) -> type:
 def derive_async(client: Any) -> Any:
     """A new asyncio client with the connection settings of the sync ``client``."""
     if isinstance(client, redis.cluster.RedisCluster):
-        node = client.get_default_node()
+        node = client.get_default_node()  # type: ignore[no-untyped-call]
         kwargs = _portable(node.redis_connection.connection_pool.connection_kwargs)
         kwargs.pop("db", None)
         kwargs.update(host=node.host, port=node.port)
@@ -163,9 +163,8 @@ def derive_sync(client: Any) -> Any:
     """A new sync client with the connection settings of the asyncio ``client``."""
     if isinstance(client, redis.asyncio.cluster.RedisCluster):
         # Before its first command an asyncio cluster client knows only its startup nodes.
-        node = client.get_default_node() or next(
-            iter(client.nodes_manager.startup_nodes.values())
-        )
+        startup = next(iter(client.nodes_manager.startup_nodes.values()))
+        node = client.get_default_node() or startup
         kwargs = _portable(client.connection_kwargs)
         kwargs.pop("db", None)
         kwargs.update(host=node.host, port=node.port)

@@ -311,9 +311,7 @@ class Lock:
         existing = self._current_hold()
         if existing is not None:
             if not existing.lost:
-                raise LockAlreadyHeld(
-                    f"lock {self.name!r} is already held by this {_owner_kind()}"
-                )
+                raise LockAlreadyHeld(f"lock {self.name!r} is already held by this {_owner_kind()}")
             self._forget(existing)
         keys = self._lock_keys(backend)
         token = self._pending.pop(owner, None) or new_token()
@@ -321,10 +319,20 @@ class Lock:
         call = protocol.acquire_call(
             keys, token, to_millis(ttl), holder_metadata(owner, self.metadata)
         )
-        return self._acquire_steps(backend, keys, owner, token, ttl, call, blocking, wait)
+        return self._acquire_steps(
+            backend=backend,
+            keys=keys,
+            owner=owner,
+            token=token,
+            ttl=ttl,
+            call=call,
+            blocking=blocking,
+            wait=wait,
+        )
 
     def _acquire_steps(
         self,
+        *,
         backend: Backend,
         keys: LockKeys,
         owner: Any,
@@ -366,7 +374,15 @@ class Lock:
                             f"lock {self.name!r}: {acked} of {needed} replicas acknowledged "
                             f"within {backend.replica_wait_timeout} s; the acquire was undone"
                         )
-                    self._grant(backend, keys, owner, token, ttl, result, started)
+                    self._grant(
+                        backend=backend,
+                        keys=keys,
+                        owner=owner,
+                        token=token,
+                        ttl=ttl,
+                        result=result,
+                        started=started,
+                    )
                     return Outcome(True)
                 holder_left = result.holder_ttl_ms / 1000 if result.holder_ttl_ms >= 0 else None
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -395,6 +411,7 @@ class Lock:
 
     def _grant(
         self,
+        *,
         backend: Backend,
         keys: LockKeys,
         owner: Any,
@@ -444,7 +461,9 @@ class Lock:
         if hold.lost:
             raise self._lost(hold, hold.lost_reason or "")
         started = time.monotonic()
-        call = protocol.extend_call(hold.keys, hold.token, ms, "set" if replace else "add", _MAX_TTL_MS)
+        call = protocol.extend_call(
+            hold.keys, hold.token, ms, "set" if replace else "add", _MAX_TTL_MS
+        )
         reply = yield Eval(call)
         new_ttl_ms = protocol.decode_extend(reply)
         if new_ttl_ms is None:
@@ -454,7 +473,9 @@ class Lock:
 
     def _state(self, backend: Backend, hold: Hold | None) -> Operation[protocol.LockState]:
         keys = hold.keys if hold is not None else self._lock_keys(backend)
-        state = protocol.decode_state((yield Eval(protocol.state_call(keys, hold and hold.token))))
+        state = protocol.decode_state(
+            (yield Eval(protocol.state_call(keys, hold.token if hold is not None else None)))
+        )
         if hold is not None and not state.owned:
             self._lost(hold, "it expired or was taken over")
         return state
@@ -466,7 +487,9 @@ class Lock:
             state = yield from self._state(hold.backend, hold)
         except LockBackendError as error:
             if hold.local_time_left() <= 0:
-                raise self._lost(hold, f"its TTL ran out while Redis could not be reached ({error})") from error
+                raise self._lost(
+                    hold, f"its TTL ran out while Redis could not be reached ({error})"
+                ) from error
             raise
         if not state.owned:
             raise LockLost(f"lock {self.name!r} was lost: {hold.lost_reason}")
@@ -525,7 +548,7 @@ def _check_bool(value: object, argument: str) -> bool:
 
 def _check_replicas(value: object) -> Replicas | None:
     if value is None or value == "majority":
-        return value  # type: ignore[return-value]
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentType(
             "wait_for_replicas", f"must be an int, 'majority' or None, not {value!r}"

@@ -1,10 +1,11 @@
 """One renewer per process: a thread that keeps auto-renewed holds alive, in batches.
 
 Each hold is renewed every third of its TTL. Holds due at about the same time on the same
-client go out in one pipeline (one round trip), and stay aligned afterwards. When a renewal finds the hold gone (expired, taken over,
-force-released) or cannot reach Redis before the hold's conservative local expiry, the hold
-is marked lost: ``ensure_held()`` raises ``LockLost`` from then on and the ``on_lost``
-callback runs. Nothing dies silently: a failed round is retried within a fraction of the TTL.
+server go out in one pipeline (one round trip), and stay aligned afterwards. When a renewal
+finds the hold gone (expired, taken over, force-released) or cannot reach Redis before the
+hold's conservative local expiry, the hold is marked lost: ``ensure_held()`` raises
+``LockLost`` from then on and the ``on_lost`` callback runs. Nothing dies silently: a failed
+round is retried within a fraction of the TTL.
 
 The renewer never renews a hold whose owner (thread or task) has ended, or whose lock object
 is gone, and never renews anything in a forked child: holds belong to the process that made
@@ -136,14 +137,14 @@ class Renewer:
         replies: list[Any]
         try:
             replies = run_many(backend.node_client(calls[0].keys[0]), calls)
-        except Exception as exc:  # noqa: BLE001 - the renewer must survive anything
+        except Exception as exc:
             replies = [exc] * len(entries)
         if backend.cluster:  # a slot may have moved: retry one by one through the cluster client
             for index, reply in enumerate(replies):
                 if isinstance(reply, Exception):
                     try:
                         replies[index] = run(backend.client, calls[index])
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         replies[index] = exc
         for entry, reply in zip(entries, replies, strict=True):
             hold = entry.item.hold

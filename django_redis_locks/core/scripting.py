@@ -74,7 +74,9 @@ async def run_async(client: Any, call: Call) -> Any:
         return await client.evalsha(*call.evalsha_args())
 
 
-def run_many(client: Any, calls: Sequence[Call], *, wait: tuple[int, int] | None = None) -> list[Any]:
+def run_many(
+    client: Any, calls: Sequence[Call], *, wait: tuple[int, int] | None = None
+) -> list[Any]:
     """Run several calls in one pipeline round trip (one connection, no MULTI).
 
     ``wait=(replicas, timeout_ms)`` appends ``WAIT`` so that it runs on the same connection

@@ -61,9 +61,7 @@ def check_name(name: object, argument: str = "name") -> str:
 def check_namespace(namespace: object) -> str:
     """Return ``namespace`` if it can prefix keys: ASCII letters, digits and ``_-.:``."""
     if not isinstance(namespace, str):
-        raise InvalidArgumentType(
-            "namespace", f"must be a str, not {type(namespace).__name__}"
-        )
+        raise InvalidArgumentType("namespace", f"must be a str, not {type(namespace).__name__}")
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
     if not namespace or len(namespace) > MAX_NAMESPACE_BYTES or not set(namespace) <= allowed:
         raise InvalidArgument(
@@ -96,8 +94,7 @@ def check_ttl(value: object, argument: str = "timeout") -> float:
     if seconds < MIN_TTL_SECONDS:
         raise InvalidArgument(
             argument,
-            f"must be at least {MIN_TTL_SECONDS} seconds (got {value!r}); "
-            "every lock has an expiry",
+            f"must be at least {MIN_TTL_SECONDS} seconds (got {value!r}); every lock has an expiry",
         )
     if seconds > MAX_TTL_SECONDS:
         raise InvalidArgument(

@@ -15,6 +15,7 @@ listener reconnects it wakes everybody, since messages may have been missed mean
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -68,10 +69,8 @@ class AsyncWaiter:
         self._event = asyncio.Event()
 
     def wake(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting any more
             self._loop.call_soon_threadsafe(self._event.set)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
 
     async def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds; True if woken. Consumes the wake-up."""
@@ -182,7 +181,7 @@ class WakeupHub:
                         pubsub = self._client.pubsub()
                         pubsub.subscribe(self._channel)
                     message = pubsub.get_message(timeout=_POLL_SECONDS)
-                except Exception as exc:  # noqa: BLE001 - the listener must outlive any failure
+                except Exception as exc:
                     # RedisError when the server is away; redis-py may also raise TypeError or
                     # OSError when the client was closed under the listener. Reconnect.
                     logger.debug("wake-up listener on %s: %r", self._channel, exc)
@@ -212,10 +211,8 @@ class WakeupHub:
         with self._mutex:
             futures, self._ready_futures = self._ready_futures, []
         for loop, future in futures:
-            try:
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, future)
-            except RuntimeError:
-                pass
 
     def _wake(self, member: str) -> None:
         with self._mutex:
@@ -237,10 +234,8 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 def _close(pubsub: Any) -> None:
     if pubsub is not None:
-        try:
+        with contextlib.suppress(RedisError, OSError, TypeError):  # a dead connection
             pubsub.close()
-        except (RedisError, OSError, TypeError):  # pragma: no cover - closing a dead connection
-            pass
 
 
 _hubs_mutex = threading.Lock()

@@ -22,10 +22,15 @@ def test_every_sync_method_has_an_async_twin_with_the_same_signature() -> None:
     coroutines = {n for n in public if inspect.iscoroutinefunction(getattr(Lock, n))}
     assert coroutines == {f"a{name}" for name in SYNC_TWINS}
     for name in SYNC_TWINS:
-        sync, twin = inspect.signature(getattr(Lock, name)), inspect.signature(getattr(Lock, f"a{name}"))
+        sync, twin = (
+            inspect.signature(getattr(Lock, name)),
+            inspect.signature(getattr(Lock, f"a{name}")),
+        )
         assert sync.parameters == twin.parameters, name
         assert sync.return_annotation == twin.return_annotation, name
-    assert inspect.iscoroutinefunction(Lock.__aenter__) and inspect.iscoroutinefunction(Lock.__aexit__)
+    assert inspect.iscoroutinefunction(Lock.__aenter__) and inspect.iscoroutinefunction(
+        Lock.__aexit__
+    )
 
 
 @pytest.fixture
@@ -50,7 +55,7 @@ def test_two_tasks_sharing_one_lock_cannot_release_each_other(aclient, namespace
     async def scenario(backend, client):
         lock = Lock("shared", client=backend, timeout=5, blocking=False)
         holder_ready, intruder_done = asyncio.Event(), asyncio.Event()
-        outcome = {}
+        outcome: dict[str, object] = {}
 
         async def holder():
             assert await lock.aacquire()

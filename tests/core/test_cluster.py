@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 import pytest
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
 from django_redis_locks import Lock
 from django_redis_locks.core import Backend
@@ -37,7 +37,7 @@ def cluster_backend(redis_cluster, namespace):
 
 def test_every_script_over_1000_random_names(cluster_backend: Backend) -> None:
     names = random_names(1000, seed=1)
-    nodes = Counter()
+    nodes: Counter[str] = Counter()
     client = cluster_backend.client
     for name in names:
         keys = cluster_backend.keys.lock(name)
@@ -84,7 +84,9 @@ def test_blocking_waiter_is_woken_on_cluster(cluster_backend: Backend) -> None:
 
 
 def test_auto_renew_batches_across_nodes(cluster_backend: Backend) -> None:
-    locks = [Lock(n, client=cluster_backend, timeout=0.5, auto_renew=True) for n in random_names(30, 2)]
+    locks = [
+        Lock(n, client=cluster_backend, timeout=0.5, auto_renew=True) for n in random_names(30, 2)
+    ]
     for lock in locks:
         lock.acquire()
     time.sleep(1.2)  # more than two TTLs of work
@@ -94,7 +96,7 @@ def test_auto_renew_batches_across_nodes(cluster_backend: Backend) -> None:
 
 
 def test_async_cluster_client(redis_cluster, namespace: str) -> None:
-    async def main() -> list[int]:
+    async def main() -> list[int | None]:
         client = redis_cluster.async_client(socket_timeout=5)
         backend = Backend(client, namespace=namespace)
         fences = []

@@ -63,7 +63,9 @@ def test_async_calls_fail_within_the_socket_timeout(paused) -> None:
 
     async def main() -> float:
         client = redis.asyncio.Redis(
-            host=server.host, port=server.port, socket_timeout=SOCKET_TIMEOUT,
+            host=server.host,
+            port=server.port,
+            socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=SOCKET_TIMEOUT,
         )
         backend = Backend(client, namespace="paused")
@@ -82,7 +84,7 @@ def test_async_calls_fail_within_the_socket_timeout(paused) -> None:
 
 
 def test_hold_expired_during_the_pause_is_reported_as_lost(paused) -> None:
-    server, _, holder = paused
+    _, _, holder = paused
     hold = holder._current_hold()
     assert hold is not None
     hold.expires_at = time.monotonic() - 0.01  # as if the pause outlasted the TTL
@@ -91,7 +93,7 @@ def test_hold_expired_during_the_pause_is_reported_as_lost(paused) -> None:
 
 
 def test_work_resumes_after_the_pause(paused) -> None:
-    server, backend, holder = paused
+    server, _, holder = paused
     with pytest.raises(LockBackendError):
         holder.extend(1)
     server.resume()

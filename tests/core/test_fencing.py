@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from django_redis_locks import Lock
@@ -11,13 +12,14 @@ from django_redis_locks.core import Backend
 def test_fences_increase_over_1000_grants(backend: Backend) -> None:
     lock = Lock("fenced", client=backend, timeout=5)
     other = Lock("fenced", client=backend, timeout=5)
-    fences = []
+    fences: list[int] = []
     for i in range(1000):
         holder = lock if i % 2 else other  # alternate holders
         holder.acquire()
+        assert holder.fence is not None
         fences.append(holder.fence)
         holder.release()
-    assert all(b > a for a, b in zip(fences, fences[1:], strict=False))
+    assert all(b > a for a, b in itertools.pairwise(fences))
 
 
 def test_fence_of_a_name_is_independent_of_other_names(backend: Backend) -> None:
@@ -48,9 +50,10 @@ def test_fences_keep_increasing_across_a_restart_without_persistence(make_server
     client = server.client(socket_timeout=5)
     backend = Backend(client, namespace="restart")
     lock = Lock("survivor", client=backend, timeout=5)
-    before = []
+    before: list[int] = []
     for _ in range(5):
         with lock:
+            assert lock.fence is not None
             before.append(lock.fence)
     client.close()
     server.restart()

@@ -1,4 +1,4 @@
-"""Lock semantics on a real server: acquire, release, extend, expiry, ownership, context managers."""
+"""Lock semantics on a real server: acquire, release, extend, expiry, ownership, `with`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def lock_key(lock: Lock) -> str:
     return lock._lock_keys(lock.backend).lock
 
 
-def snapshot(client, key: str) -> tuple[dict, int]:
+def snapshot(client, key: str) -> tuple[dict[bytes, bytes], int]:
     return client.hgetall(key), client.pttl(key)
 
 

@@ -105,8 +105,9 @@ def test_async_holds_are_renewed_too(redis_server, namespace: str) -> None:
 
     async def main() -> float:
         client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
-        lock = Lock("async-renew", client=Backend(client, namespace=namespace), timeout=0.5,
-                    auto_renew=True)
+        lock = Lock(
+            "async-renew", client=Backend(client, namespace=namespace), timeout=0.5, auto_renew=True
+        )
         async with lock:
             await asyncio.sleep(1.5)  # three TTLs of work
             left = await lock.aensure_held()

@@ -51,7 +51,7 @@ def test_acquire_fails_and_leaves_no_lock_with_the_replica_paused(primary_with_r
 
 
 def test_async_acquire_fails_with_the_replica_paused(primary_with_replica) -> None:
-    primary, replica, client = primary_with_replica
+    primary, replica, _ = primary_with_replica
 
     async def main() -> bool:
         aclient = redis.asyncio.Redis(host=primary.host, port=primary.port, socket_timeout=5)
@@ -80,7 +80,12 @@ def test_majority_without_replicas_needs_no_acknowledgement(backend: Backend) ->
 
 @pytest.mark.parametrize(
     ("value", "error"),
-    [(-1, InvalidArgument), (True, InvalidArgumentType), ("all", InvalidArgumentType), (1.5, InvalidArgumentType)],
+    [
+        (-1, InvalidArgument),
+        (True, InvalidArgumentType),
+        ("all", InvalidArgumentType),
+        (1.5, InvalidArgumentType),
+    ],
 )
 def test_bad_replica_counts_are_refused(backend: Backend, value, error) -> None:
     with pytest.raises(error, match="wait_for_replicas"):

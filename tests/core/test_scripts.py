@@ -19,10 +19,32 @@ SCRIPTS = sorted(
     if path.name.endswith(".lua")
 )
 # Redis commands whose first argument is a key.
-KEY_COMMANDS = (
-    "GET SET DEL EXISTS HGET HSET HDEL HGETALL PTTL PEXPIRE EXPIRE INCR ZADD ZREM ZRANGE "
-    "ZREMRANGEBYSCORE ZCARD ZSCORE ZRANK LPUSH RPUSH LPOP RPOP"
-).split()
+KEY_COMMANDS = [
+    "GET",
+    "SET",
+    "DEL",
+    "EXISTS",
+    "HGET",
+    "HSET",
+    "HDEL",
+    "HGETALL",
+    "HINCRBY",
+    "PTTL",
+    "PEXPIRE",
+    "EXPIRE",
+    "INCR",
+    "ZADD",
+    "ZREM",
+    "ZRANGE",
+    "ZREMRANGEBYSCORE",
+    "ZCARD",
+    "ZSCORE",
+    "ZRANK",
+    "LPUSH",
+    "RPUSH",
+    "LPOP",
+    "RPOP",
+]
 
 
 def test_there_are_scripts() -> None:
@@ -80,7 +102,9 @@ def test_script_flush_in_a_pipeline_reruns_only_what_did_not_run(
     redis_client.script_load(load("lock_acquire").source)
     redis_client.script_flush()
     replies = run_many(redis_client, [acquire, protocol.state_call(keys, "tok")])
-    assert protocol.decode_acquire(replies[0]).fence > 0
+    acquired = protocol.decode_acquire(replies[0])
+    assert isinstance(acquired, protocol.Acquired)
+    assert acquired.fence > 0
     assert protocol.decode_state(replies[1]).owned
 
 

@@ -32,7 +32,7 @@ def test_waiter_wakes_within_milliseconds_of_release(backend: Backend) -> None:
         assert holder.acquire()
         acquired_at: list[float] = []
 
-        def wait_for_it() -> None:
+        def wait_for_it(acquired_at: list[float] = acquired_at) -> None:
             assert waiter_lock.acquire(timeout=10)
             acquired_at.append(time.perf_counter())
             waiter_lock.release()
