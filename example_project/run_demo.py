@@ -44,8 +44,21 @@ def free_port() -> int:
 def start_embedded_redis() -> tuple[subprocess.Popen[bytes], str, str]:
     port, workdir = free_port(), tempfile.mkdtemp(prefix="drl-demo-")
     server = subprocess.Popen(
-        [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", workdir, "--logfile", os.path.join(workdir, "log")],
+        [
+            server_binary(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+            "--logfile",
+            os.path.join(workdir, "log"),
+        ],
         start_new_session=True,  # Ctrl-C goes to us; we stop the server ourselves
     )
     url = f"redis://127.0.0.1:{port}/0"
