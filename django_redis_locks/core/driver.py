@@ -129,7 +129,11 @@ def _execute(effect: Effect, backend: Backend) -> Any:
     if isinstance(effect, Listen):
         hub = backend.hub()
         waiter = hub.register(effect.member)
-        hub.wait_ready(effect.ready_timeout)
+        try:
+            hub.wait_ready(effect.ready_timeout)
+        except BaseException:  # interrupted before the operation got the waiter: unregister
+            waiter.close()
+            raise
         return waiter
     if isinstance(effect, Wait):
         assert isinstance(effect.waiter, SyncWaiter)
@@ -197,9 +201,13 @@ async def _aexecute(effect: Effect, backend: Backend) -> Any:
         return await backend.acommand(effect.args, effect.route_key)
     if isinstance(effect, Listen):
         hub = backend.hub()
-        waiter = hub.register_async(effect.member)
-        await hub.await_ready(effect.ready_timeout)
-        return waiter
+        awaiter = hub.register_async(effect.member)
+        try:
+            await hub.await_ready(effect.ready_timeout)
+        except BaseException:  # cancelled before the operation got the waiter: unregister
+            awaiter.close()
+            raise
+        return awaiter
     if isinstance(effect, Wait):
         assert isinstance(effect.waiter, AsyncWaiter)
         return await effect.waiter.wait(effect.timeout)
