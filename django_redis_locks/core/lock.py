@@ -313,76 +313,27 @@ class Lock:
             if not existing.lost:
                 raise LockAlreadyHeld(f"lock {self.name!r} is already held by this {_owner_kind()}")
             self._forget(existing)
-        keys = self._lock_keys(backend)
-        token = self._pending.pop(owner, None) or new_token()
-        ttl = self.timeout if self.timeout is not None else backend.default_timeout
-        call = protocol.acquire_call(
-            keys, token, to_millis(ttl), holder_metadata(owner, self.metadata)
-        )
-        return self._acquire_steps(
+        request = _Request(
             backend=backend,
-            keys=keys,
+            keys=self._lock_keys(backend),
             owner=owner,
-            token=token,
-            ttl=ttl,
-            call=call,
-            blocking=blocking,
-            wait=wait,
+            token=self._pending.pop(owner, "") or new_token(),
+            ttl=self.timeout if self.timeout is not None else backend.default_timeout,
+            metadata=holder_metadata(owner, self.metadata),
         )
+        return self._acquire_steps(request, blocking, wait)
 
     def _acquire_steps(
-        self,
-        *,
-        backend: Backend,
-        keys: LockKeys,
-        owner: Any,
-        token: str,
-        ttl: float,
-        call: Call,
-        blocking: bool,
-        wait: float | None,
+        self, request: _Request, blocking: bool, wait: float | None
     ) -> Operation[Outcome]:
         deadline = None if wait is None else time.monotonic() + wait
         waiter = None
         try:
             while True:
                 started = time.monotonic()
-                needed = acked = 0
-                try:
-                    if self.wait_for_replicas is None:
-                        reply = yield Eval(call)
-                    else:
-                        needed = yield from self._replicas_needed(keys)
-                        reply, acked = yield EvalWait(
-                            call, needed, to_millis(backend.replica_wait_timeout)
-                        )
-                except LockBackendError:
-                    # The script may have run: a retry with this token will be recognised.
-                    self._pending[owner] = token
-                    raise
-                except GeneratorExit:
-                    raise
-                except BaseException:
-                    # Cancelled or interrupted mid-call: undo a grant we may never hear of.
-                    yield Detach(protocol.release_call(keys, token, backend.keys.channel))
-                    raise
-                result = protocol.decode_acquire(reply)
+                result = yield from self._attempt(request)
                 if isinstance(result, protocol.Acquired):
-                    if acked < needed:
-                        yield Eval(protocol.release_call(keys, token, backend.keys.channel))
-                        raise LockNotReplicated(
-                            f"lock {self.name!r}: {acked} of {needed} replicas acknowledged "
-                            f"within {backend.replica_wait_timeout} s; the acquire was undone"
-                        )
-                    self._grant(
-                        backend=backend,
-                        keys=keys,
-                        owner=owner,
-                        token=token,
-                        ttl=ttl,
-                        result=result,
-                        started=started,
-                    )
+                    self._grant(request, result, started)
                     return Outcome(True)
                 holder_left = result.holder_ttl_ms / 1000 if result.holder_ttl_ms >= 0 else None
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -390,7 +341,7 @@ class Lock:
                     return Outcome(False, holder_left)
                 if waiter is None:
                     # Register before the next attempt, so no release can slip in between.
-                    waiter = yield Listen(keys.member, min(remaining or 1.0, 1.0))
+                    waiter = yield Listen(request.keys.member, min(remaining or 1.0, 1.0))
                     continue
                 pause = RECHECK_SECONDS
                 if holder_left is not None:
@@ -402,6 +353,35 @@ class Lock:
             if waiter is not None:
                 waiter.close()
 
+    def _attempt(self, request: _Request) -> Operation[protocol.Acquired | protocol.Contended]:
+        """One try: the acquire script, and with wait_for_replicas the WAIT (undone if short)."""
+        needed = acked = 0
+        try:
+            if self.wait_for_replicas is None:
+                reply = yield Eval(request.acquire_call())
+            else:
+                needed = yield from self._replicas_needed(request.keys)
+                timeout_ms = to_millis(request.backend.replica_wait_timeout)
+                reply, acked = yield EvalWait(request.acquire_call(), needed, timeout_ms)
+        except LockBackendError:
+            # The script may have run: a retry with this token will be recognised.
+            self._pending[request.owner] = request.token
+            raise
+        except GeneratorExit:
+            raise
+        except BaseException:
+            # Cancelled or interrupted mid-call: undo a grant we may never hear of.
+            yield Detach(request.release_call())
+            raise
+        result = protocol.decode_acquire(reply)
+        if isinstance(result, protocol.Acquired) and acked < needed:
+            yield Eval(request.release_call())
+            raise LockNotReplicated(
+                f"lock {self.name!r}: {acked} of {needed} replicas acknowledged within "
+                f"{request.backend.replica_wait_timeout} s; the acquire was undone"
+            )
+        return result
+
     def _replicas_needed(self, keys: LockKeys) -> Operation[int]:
         if self.wait_for_replicas != "majority":
             return int(self.wait_for_replicas or 0)
@@ -409,17 +389,7 @@ class Lock:
         replicas = len(role[2]) if len(role) > 2 else 0
         return replicas // 2 + 1 if replicas else 0
 
-    def _grant(
-        self,
-        *,
-        backend: Backend,
-        keys: LockKeys,
-        owner: Any,
-        token: str,
-        ttl: float,
-        result: protocol.Acquired,
-        started: float,
-    ) -> None:
+    def _grant(self, request: _Request, result: protocol.Acquired, started: float) -> None:
         self_ref = weakref.ref(self)
 
         def on_lost(reason: str) -> None:
@@ -428,16 +398,16 @@ class Lock:
                 lock._on_hold_lost(reason)
 
         hold = Hold(
-            token=token,
+            token=request.token,
             fence=result.fence,
-            ttl=ttl,
+            ttl=request.ttl,
             expires_at=started + result.ttl_ms / 1000,
-            owner=weakref.ref(owner),
-            backend=backend,
-            keys=keys,
+            owner=weakref.ref(request.owner),
+            backend=request.backend,
+            keys=request.keys,
             on_lost=on_lost,
         )
-        self._holds[owner] = hold
+        self._holds[request.owner] = hold
         if self.auto_renew:
             renewer().add(_Renewal(self, hold))
 
@@ -497,6 +467,24 @@ class Lock:
 
 
 LockError_ = LockNotOwned | LockBackendError
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """One acquire call: where, by whom, with which token, TTL and holder metadata."""
+
+    backend: Backend
+    keys: LockKeys
+    owner: Any
+    token: str
+    ttl: float
+    metadata: str
+
+    def acquire_call(self) -> Call:
+        return protocol.acquire_call(self.keys, self.token, to_millis(self.ttl), self.metadata)
+
+    def release_call(self) -> Call:
+        return protocol.release_call(self.keys, self.token, self.backend.keys.channel)
 
 
 class _Renewal:
