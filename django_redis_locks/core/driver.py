@@ -161,7 +161,15 @@ def _eval_wait_result(replies: list[Any]) -> tuple[Any, int]:
 
 
 async def adrive(operation: Operation[T], backend: Backend) -> T:
-    """Run ``operation`` to completion with ``await``."""
+    """Run ``operation`` to completion with ``await``.
+
+    A cancellation that reaches the task while an effect runs is delivered to the operation
+    even when something below swallowed it: redis-py sends commands through
+    ``asyncio.wait_for``, which on Python 3.11 drops a cancellation that arrives as the send
+    completes. The task's ``cancelling()`` count still shows it, and it is honoured here.
+    """
+    task = asyncio.current_task()
+    requested = task.cancelling() if task is not None else 0
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -176,6 +184,9 @@ async def adrive(operation: Operation[T], backend: Backend) -> T:
             error = _backend_error(exc)
         except BaseException as exc:
             error = exc
+        if task is not None and task.cancelling() > requested and error is None:
+            requested = task.cancelling()
+            error = asyncio.CancelledError()
 
 
 _background: set[asyncio.Task[Any]] = set()

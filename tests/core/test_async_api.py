@@ -156,3 +156,34 @@ def test_core_imports_and_works_without_django(redis_server) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_cancellation_mid_acquire_is_honoured_and_leaves_no_hold(aclient, namespace) -> None:
+    """Cancel aacquire() at every point of a free-lock acquire: the task ends cancelled (also
+    where redis-py's send swallows the cancellation on Python 3.11) or with the lock held, and
+    a cancelled acquire never leaves a hold behind."""
+    from django_redis_locks.core import driver
+
+    async def scenario(backend, client):
+        outcomes = {"cancelled": 0, "acquired": 0}
+        for attempt in range(100):
+            lock = Lock(f"cancel-{attempt}", client=backend, timeout=30)
+            task = asyncio.create_task(lock.aacquire())
+            for _ in range(attempt % 4):  # land the cancel at different points
+                await asyncio.sleep(0)
+            requested = task.cancel()  # False when the task had already finished
+            try:
+                await task
+            except asyncio.CancelledError:
+                outcomes["cancelled"] += 1
+                async with asyncio.timeout(5):  # the background undo of a possible grant
+                    while driver._background:
+                        await asyncio.sleep(0.005)
+                assert not await lock.alocked(), f"attempt {attempt} left a hold"
+            else:
+                assert not requested, f"attempt {attempt}: the cancellation was lost"
+                outcomes["acquired"] += 1  # finished before the cancel: a normal hold
+        return outcomes
+
+    outcomes = run(scenario, aclient, namespace)
+    assert outcomes["cancelled"] >= 50
