@@ -112,9 +112,11 @@ class Hold:
         if self.lost_reason is not None:
             return False
         self.lost_reason = reason
-        self.lost_event.set()
-        if self.on_lost is not None:
-            self.on_lost(reason)
+        try:
+            if self.on_lost is not None:
+                self.on_lost(reason)
+        finally:
+            self.lost_event.set()  # after the callback: whoever waits sees its effects
         return True
 
     def local_time_left(self) -> float:
