@@ -277,6 +277,9 @@ class Lock:
         )
 
     def _release_failed_on_exit(self, error: LockError_, exc: BaseException | None) -> None:
+        hold = self._current_hold()
+        if hold is not None:  # the block is over: let an unreleased hold expire by its TTL
+            self._forget(hold)
         if exc is None:
             raise error
         # The body already failed: keep its exception, but say what happened to the lock.

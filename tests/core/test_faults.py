@@ -111,3 +111,16 @@ def test_dead_server_fails_fast(make_server) -> None:
     assert "Connection" in str(error)
     backend.close()
     client.close()
+
+
+def test_with_block_ended_during_the_pause_does_not_wedge_the_lock(paused) -> None:
+    server, backend, _ = paused
+    server.resume()
+    lock = Lock("wedge", client=backend, timeout=0.5)
+    with pytest.raises(LockBackendError), lock:  # raised on leaving the block
+        server.pause()
+    server.resume()
+    # The failed release left a hold that nobody renews: it expires, and the same thread
+    # can take the lock again (no LockAlreadyHeld).
+    assert lock.acquire(timeout=5)
+    lock.release()
