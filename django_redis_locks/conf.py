@@ -6,9 +6,9 @@ is dropped whenever ``DJANGO_REDIS_LOCKS`` or ``CACHES`` change.
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -20,6 +20,8 @@ from .core.validation import check_namespace, check_ttl
 __all__ = ["SETTING_NAME", "Config", "get_config", "reset"]
 
 SETTING_NAME = "DJANGO_REDIS_LOCKS"
+
+_T = TypeVar("_T")
 
 OnRedisError = Literal["fail_closed", "fail_open"]
 
@@ -57,6 +59,14 @@ def _invalid(key: str, message: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"{SETTING_NAME}[{key!r}] {message}")
 
 
+def _checked(key: str, check: Callable[[Any], _T], value: Any) -> _T:
+    try:
+        return check(value)
+    except LockError as exc:
+        # The core's message starts with its own argument name ("namespace: ..."): name the key.
+        raise _invalid(key, str(exc).partition(": ")[2]) from exc
+
+
 def _build(user: Any) -> Config:
     if not isinstance(user, dict):
         raise ImproperlyConfigured(f"{SETTING_NAME} must be a dict, not {type(user).__name__}")
@@ -75,12 +85,9 @@ def _build(user: Any) -> Config:
     factory = values["CLIENT_FACTORY"]
     if factory is not None and (not isinstance(factory, str) or not factory):
         raise _invalid("CLIENT_FACTORY", f"must be a dotted path or None, not {factory!r}")
-    try:
-        namespace = check_namespace(values["NAMESPACE"])
-        default_timeout = check_ttl(values["DEFAULT_TIMEOUT"], "DEFAULT_TIMEOUT")
-        replica_wait = check_ttl(values["REPLICA_WAIT_TIMEOUT"], "REPLICA_WAIT_TIMEOUT")
-    except LockError as exc:
-        raise ImproperlyConfigured(f"{SETTING_NAME}: {exc}") from exc
+    namespace = _checked("NAMESPACE", check_namespace, values["NAMESPACE"])
+    default_timeout = _checked("DEFAULT_TIMEOUT", check_ttl, values["DEFAULT_TIMEOUT"])
+    replica_wait = _checked("REPLICA_WAIT_TIMEOUT", check_ttl, values["REPLICA_WAIT_TIMEOUT"])
     return Config(
         cache_alias=alias,
         namespace=namespace,
@@ -91,15 +98,33 @@ def _build(user: Any) -> Config:
     )
 
 
-@functools.cache
+_ABSENT = object()
+# (the setting's value, its Config): the value is compared by identity on every read, so a
+# change that sends no setting_changed signal (deleting the setting in a test, e.g. with
+# pytest-django's ``del settings.DJANGO_REDIS_LOCKS``, or restoring it) is noticed too.
+_cached: tuple[object, Config] | None = None
+
+
 def get_config() -> Config:
     """The validated settings. Raises ImproperlyConfigured when they are wrong."""
-    return _build(getattr(settings, SETTING_NAME, {}))
+    global _cached
+    user = getattr(settings, SETTING_NAME, _ABSENT)
+    cached = _cached
+    if cached is not None and cached[0] is user:
+        return cached[1]
+    config = _build({} if user is _ABSENT else user)
+    if cached is not None:
+        from . import connection
+
+        connection.reset()  # its Backends were built from the previous value
+    _cached = (user, config)
+    return config
 
 
 def reset() -> None:
     """Forget the cached settings (and the connections built from them)."""
-    get_config.cache_clear()
+    global _cached
+    _cached = None
     from . import connection
 
     connection.reset()

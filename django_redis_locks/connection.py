@@ -60,13 +60,18 @@ class _CallableFactory(ClientFactory):
 
 
 _backends: dict[str, Backend] = {}
-_mutex = threading.Lock()
+_mutex = threading.RLock()  # conf.get_config() may reset() while a Backend is built
 
 
 def reset() -> None:
-    """Forget every Backend built so far (settings changed)."""
+    """Forget every Backend built so far (settings changed), closing the clients they made."""
     with _mutex:
+        dropped = list(_backends.values())
         _backends.clear()
+    for backend in dropped:
+        # Only the sibling client a Backend made is closed (its pool reconnects if a hold
+        # still uses it), never the cache's or a factory's own client.
+        backend.close()
 
 
 def get_backend(using: str | None = None) -> Backend:
@@ -92,7 +97,10 @@ def _build_backend(alias: str) -> Backend:
     async_factory: Callable[[], Any] | None = None
     if factory is not None:
         client = factory.get_client(alias)
-        async_factory = functools.partial(factory.get_async_client, alias)
+        if type(factory).get_async_client is not ClientFactory.get_async_client:
+            async_factory = functools.partial(factory.get_async_client, alias)
+        # else the Backend derives each loop's client from ``client``: the default
+        # get_async_client would call get_client again (a new, never closed, sync client)
     else:
         client = get_client(alias)
     return Backend(

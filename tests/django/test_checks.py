@@ -1,0 +1,171 @@
+"""The system checks (manage.py check) of django_redis_locks, through Django's registry."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from tests.settings import redis_caches
+
+BACKENDS = ["django_redis", "django"]
+TIMEOUT_OPTIONS = {
+    "django_redis": ("SOCKET_TIMEOUT", "SOCKET_CONNECT_TIMEOUT"),
+    "django": ("socket_timeout", "socket_connect_timeout"),
+}
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
+
+
+def lock_messages():
+    """This app's messages from every registered check (so the check must be registered)."""
+    return [m for m in checks.run_checks() if (m.id or "").startswith("django_redis_locks.")]
+
+
+def lock_check_ids():
+    return [message.id for message in lock_messages()]
+
+
+def caches_with_locks(redis_server, locks_entry):
+    return {**redis_caches(redis_server.url), "locks": locks_entry}
+
+
+def cache_entry(url, backend, *, socket_timeout=None):
+    """A CACHES entry of ``backend`` for ``url``; no socket timeout unless one is given."""
+    entry = redis_caches(url, backend)["locks"]
+    entry["OPTIONS"] = (
+        {} if socket_timeout is None else dict.fromkeys(TIMEOUT_OPTIONS[backend], socket_timeout)
+    )
+    return entry
+
+
+def test_the_test_configuration_gives_no_message() -> None:
+    assert lock_messages() == []
+
+
+def test_check_command_passes_on_the_test_settings() -> None:
+    out = io.StringIO()
+    call_command("check", stdout=out, stderr=out)
+    assert "django_redis_locks" not in out.getvalue()
+
+
+def test_unknown_alias_is_E001_with_a_hint(settings) -> None:
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "nope"}
+    [message] = lock_messages()
+    assert message.id == "django_redis_locks.E001"
+    assert message.level == checks.ERROR
+    assert "'nope'" in message.msg
+    assert "'default'" in message.hint and "'locks'" in message.hint
+    with pytest.raises(SystemCheckError, match=re.escape("django_redis_locks.E001")):
+        call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def test_non_redis_cache_is_E002(settings, redis_server) -> None:
+    settings.CACHES = caches_with_locks(
+        redis_server, {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+    [message] = lock_messages()
+    assert message.id == "django_redis_locks.E002"
+    assert message.level == checks.ERROR
+    assert "LocMemCache" in message.msg and message.hint
+
+
+def test_django_redis_shard_client_is_E002(settings, redis_server) -> None:
+    base = f"redis://{redis_server.host}:{redis_server.port}"
+    settings.CACHES = caches_with_locks(
+        redis_server,
+        {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": [f"{base}/1", f"{base}/2"],
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"},
+        },
+    )
+    [message] = lock_messages()
+    assert message.id == "django_redis_locks.E002"
+    assert "ShardClient" in message.msg
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        pytest.param({"CACHE_ALIAS": "locks", "NAMSPACE": "x"}, "NAMSPACE", id="unknown-key"),
+        pytest.param("locks", "must be a dict", id="not-a-dict"),
+        pytest.param({"CACHE_ALIAS": "locks", "NAMESPACE": "a b"}, "NAMESPACE", id="namespace"),
+        pytest.param({"CACHE_ALIAS": "locks", "DEFAULT_TIMEOUT": 0}, "DEFAULT_TIMEOUT", id="ttl"),
+        pytest.param({"ON_REDIS_ERROR": "ignore"}, "ON_REDIS_ERROR", id="policy"),
+    ],
+)
+def test_invalid_settings_are_E003(settings, value, named) -> None:
+    settings.DJANGO_REDIS_LOCKS = value
+    [message] = lock_messages()
+    assert message.id == "django_redis_locks.E003"
+    assert message.level == checks.ERROR
+    assert named in message.msg
+
+
+@pytest.mark.parametrize(
+    "path", ["tests.django.no_such_module.Factory", "tests.django.factories.NOT_A_FACTORY"]
+)
+def test_unusable_client_factory_is_E003(settings, path) -> None:
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "CLIENT_FACTORY": path}
+    [message] = lock_messages()
+    assert message.id == "django_redis_locks.E003"
+    assert path in message.msg
+
+
+@pytest.mark.parametrize(
+    "path", ["tests.django.factories.ClusterFactory", "tests.django.factories.plain_client"]
+)
+def test_importable_client_factory_gives_no_message(settings, path) -> None:
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "CLIENT_FACTORY": path}
+    assert lock_messages() == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_alias_without_socket_timeout_is_W001(settings, make_server, redis_server, backend):
+    # A server of its own: django-redis shares one pool per URL, whatever the OPTIONS say.
+    url = make_server().url
+    settings.CACHES = caches_with_locks(redis_server, cache_entry(url, backend))
+    [message] = lock_messages()
+    assert message.id == "django_redis_locks.W001"
+    assert message.level == checks.WARNING
+    assert "'locks'" in message.msg and message.hint
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_alias_with_socket_timeout_has_no_W001(settings, make_server, redis_server, backend):
+    url = make_server().url
+    settings.CACHES = caches_with_locks(redis_server, cache_entry(url, backend, socket_timeout=2))
+    assert lock_messages() == []
+
+
+@pytest.mark.parametrize(
+    ("alias", "expected"), [("default", ["django_redis_locks.W002"]), ("locks", [])]
+)
+def test_locks_on_the_default_cache_are_W002(settings, alias, expected) -> None:
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": alias}
+    assert lock_check_ids() == expected
+
+
+def test_check_ids_are_the_documented_stable_strings(settings, make_server, redis_server) -> None:
+    seen = set()
+    scenarios = [
+        ({"CACHE_ALIAS": "nope"}, None),
+        ({"CACHE_ALIAS": "locks"}, {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}),
+        ({"CACHE_ALIAS": "locks", "DEFAULT_TIMEOUT": 0}, None),
+        ({"CACHE_ALIAS": "default"}, None),
+        ({"CACHE_ALIAS": "locks"}, cache_entry(make_server().url, "django")),
+    ]
+    for config, locks_entry in scenarios:
+        settings.DJANGO_REDIS_LOCKS = config
+        if locks_entry is not None:
+            settings.CACHES = caches_with_locks(redis_server, locks_entry)
+        seen.update(lock_check_ids())
+    expected = {f"django_redis_locks.{code}" for code in ("E001", "E002", "E003", "W001", "W002")}
+    assert seen == expected
+    documented = set(re.findall(r"django_redis_locks\.[EW]\d{3}", REFERENCE.read_text()))
+    assert documented == expected
