@@ -1,0 +1,47 @@
+"""Helpers shared by the measurement tasks (worker side) and renderers (parent side)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from benchmarks.registry import Impl, LockAdapter, get
+
+__all__ = ["busy_wait_us", "fmt", "open_adapter", "table"]
+
+
+def open_adapter(params: dict[str, Any]) -> tuple[Impl, redis.Redis, LockAdapter]:
+    """In a worker: the implementation named in ``params``, a fresh client and an adapter."""
+    impl = get(params["impl"])
+    client = redis.Redis(host=params["host"], port=params["port"], socket_timeout=30)
+    adapter = impl.make(client, params["name"], params["ttl"])
+    return impl, client, adapter
+
+
+def busy_wait_us(microseconds: float) -> None:
+    """A critical section that keeps the CPU busy (as real work would) for ``microseconds``."""
+    if microseconds <= 0:
+        return
+    end = time.perf_counter_ns() + int(microseconds * 1000)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+def fmt(value: float, digits: int = 0, suffix: str = "") -> str:
+    """A number for a table: thousands separators, ``-`` for NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
+    """A markdown table; ``align`` is one letter per column (l/r), default l then r."""
+    spec = align or "l" + "r" * (len(header) - 1)
+    rule = ["---:" if a == "r" else "---" for a in spec]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

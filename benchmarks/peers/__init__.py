@@ -1,0 +1,1 @@
+"""Peer implementations and reference floors, each registered under its own name."""
