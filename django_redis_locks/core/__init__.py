@@ -1,4 +1,7 @@
-"""The Django-free core: Lua scripts, keys, Lock, renewer and wake-ups. Never imports Django."""
+"""The Django-free core: Lua scripts, keys, Lock, Semaphore, registry, renewer and wake-ups.
+
+Never imports Django.
+"""
 
 from .backend import Backend
 from .errors import (
@@ -12,11 +15,16 @@ from .errors import (
     LockNotAcquired,
     LockNotOwned,
     LockNotReplicated,
+    SemaphoreFull,
+    SemaphoreLimitMismatch,
 )
+from .info import HolderInfo, Page, SemaphoreInfo
 from .lock import Lock
+from .semaphore import Semaphore
 
 __all__ = [
     "Backend",
+    "HolderInfo",
     "InvalidArgument",
     "InvalidArgumentType",
     "Lock",
@@ -28,4 +36,9 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "LockNotReplicated",
+    "Page",
+    "Semaphore",
+    "SemaphoreFull",
+    "SemaphoreInfo",
+    "SemaphoreLimitMismatch",
 ]

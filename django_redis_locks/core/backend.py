@@ -14,7 +14,7 @@ import asyncio
 import importlib
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 from .clients import (
@@ -27,6 +27,7 @@ from .clients import (
 )
 from .errors import InvalidArgumentType, LockConfigurationError
 from .keys import KeySpace
+from .scripting import Call, run, run_many, run_many_async
 from .validation import check_ttl
 from .wakeup import WakeupHub, hub_for
 
@@ -128,6 +129,41 @@ class Backend:
         if self.cluster:
             return self.client.get_node_from_key(key).redis_connection
         return self.client
+
+    def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Run ``calls`` in as few round trips as possible: one pipeline per server (per node
+        serving their slots on a Cluster). Errors come back in the list, as exceptions."""
+        if not calls:
+            return []
+        if not self.cluster:
+            return run_many(self.client, calls)
+        groups: dict[int, tuple[Any, list[int]]] = {}
+        for index, call in enumerate(calls):
+            node = self.node_client(call.keys[0])
+            groups.setdefault(id(node), (node, []))[1].append(index)
+        results: list[Any] = [None] * len(calls)
+        for node, indexes in groups.values():
+            try:
+                replies = run_many(node, [calls[i] for i in indexes])
+            except Exception as exc:
+                replies = [exc] * len(indexes)
+            for index, reply in zip(indexes, replies, strict=True):
+                results[index] = reply
+        for index, reply in enumerate(results):
+            if isinstance(reply, Exception):  # a slot may have moved: once more, routed anew
+                try:
+                    results[index] = run(self.client, calls[index])
+                except Exception as exc:
+                    results[index] = exc
+        return results
+
+    async def arun_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Asyncio twin of :meth:`run_many`."""
+        if not calls:
+            return []
+        if self.cluster:  # node pipelines run on the sync client, off the event loop
+            return await asyncio.to_thread(self.run_many, calls)
+        return await run_many_async(await self.aclient(), calls)
 
     def command(self, args: tuple[Any, ...], route_key: str) -> Any:
         if self.cluster:

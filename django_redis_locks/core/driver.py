@@ -27,6 +27,7 @@ __all__ = [
     "Command",
     "Detach",
     "Eval",
+    "EvalMany",
     "EvalWait",
     "Listen",
     "Operation",
@@ -44,6 +45,16 @@ class Eval:
     """Run one script; result: its reply."""
 
     call: Call
+
+
+@dataclass(frozen=True, slots=True)
+class EvalMany:
+    """Run several scripts in as few round trips as possible; result: their replies.
+
+    Raises the first error among the replies.
+    """
+
+    calls: tuple[Call, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +100,7 @@ class Detach:
     call: Call
 
 
-Effect = Eval | EvalWait | Command | Listen | Wait | Detach
+Effect = Eval | EvalMany | EvalWait | Command | Listen | Wait | Detach
 Operation = Generator[Effect, Any, T]
 
 
@@ -120,6 +131,8 @@ def drive(operation: Operation[T], backend: Backend) -> T:
 def _execute(effect: Effect, backend: Backend) -> Any:
     if isinstance(effect, Eval):
         return run(backend.client, effect.call)
+    if isinstance(effect, EvalMany):
+        return _all_replies(backend.run_many(effect.calls))
     if isinstance(effect, EvalWait):
         client = backend.node_client(effect.call.keys[0])
         replies = run_many(client, [effect.call], wait=(effect.replicas, effect.timeout_ms))
@@ -151,6 +164,13 @@ def _detached(backend: Backend, call: Call) -> None:
         run(backend.client, call)
     except RedisError as exc:
         logger.warning("clean-up of an interrupted call failed: %s", exc)
+
+
+def _all_replies(replies: list[Any]) -> list[Any]:
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    return replies
 
 
 def _eval_wait_result(replies: list[Any]) -> tuple[Any, int]:
@@ -195,6 +215,8 @@ _background: set[asyncio.Task[Any]] = set()
 async def _aexecute(effect: Effect, backend: Backend) -> Any:
     if isinstance(effect, Eval):
         return await run_async(await backend.aclient(), effect.call)
+    if isinstance(effect, EvalMany):
+        return _all_replies(await backend.arun_many(effect.calls))
     if isinstance(effect, EvalWait):
         if backend.cluster:  # a WAIT must follow the write on one node connection
             replies = await asyncio.to_thread(

@@ -13,6 +13,8 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "LockNotReplicated",
+    "SemaphoreFull",
+    "SemaphoreLimitMismatch",
 ]
 
 
@@ -63,6 +65,23 @@ class LockNotAcquired(LockError):
 
 class LockNotReplicated(LockNotAcquired):
     """The acquire reached the primary but too few replicas acknowledged it; it was undone."""
+
+
+class SemaphoreFull(LockNotAcquired):
+    """No semaphore slot could be had: all are taken and waiting ended."""
+
+
+class SemaphoreLimitMismatch(LockError):
+    """The semaphore is in use with another limit; nothing was changed.
+
+    Everyone using one name must pass the same limit. ``stored_limit`` is the limit in
+    force, ``limit`` the one asked for.
+    """
+
+    def __init__(self, message: str, *, stored_limit: int, limit: int) -> None:
+        super().__init__(message)
+        self.stored_limit = stored_limit
+        self.limit = limit
 
 
 class LockNotOwned(LockError):

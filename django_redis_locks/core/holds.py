@@ -8,6 +8,7 @@ also stamped with the process id, so after ``fork()`` a child never sees its par
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import secrets
@@ -21,8 +22,18 @@ from typing import Any
 
 from .errors import InvalidArgument, InvalidArgumentType
 
-__all__ = ["MAX_METADATA_BYTES", "Hold", "current_owner", "holder_metadata", "new_token"]
+__all__ = [
+    "HOLDER_ID_LENGTH",
+    "MAX_METADATA_BYTES",
+    "Hold",
+    "current_owner",
+    "holder_id",
+    "holder_metadata",
+    "new_token",
+]
 
+#: Length of a holder id (hex digits).
+HOLDER_ID_LENGTH = 16
 #: Largest accepted holder metadata, JSON-encoded, in bytes.
 MAX_METADATA_BYTES = 4096
 _HOST = socket.gethostname()
@@ -31,6 +42,15 @@ _HOST = socket.gethostname()
 def new_token() -> str:
     """A fresh random token: 160 bits from ``secrets``, URL-safe text."""
     return secrets.token_urlsafe(20)
+
+
+def holder_id(token: str) -> str:
+    """The public id of a hold: the first 16 hex digits of its token's SHA-1.
+
+    The scripts compute the same id (``redis.sha1hex``) for listings and forced releases,
+    so a hold can be shown, logged and named without revealing its token.
+    """
+    return hashlib.sha1(token.encode("utf-8"), usedforsecurity=False).hexdigest()[:HOLDER_ID_LENGTH]
 
 
 def current_owner() -> threading.Thread | asyncio.Task[Any]:
@@ -102,6 +122,11 @@ class Hold:
     lost_reason: str | None = None
     lost_event: threading.Event = field(default_factory=threading.Event)
     on_lost: Callable[[str], None] | None = None
+    release_sent: bool = False  # a release was sent; its reply may have been lost
+
+    @property
+    def holder_id(self) -> str:
+        return holder_id(self.token)
 
     @property
     def lost(self) -> bool:

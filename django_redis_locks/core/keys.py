@@ -2,15 +2,21 @@
 
 A name is hashed into one of ``BUCKETS`` buckets and the bucket number is the key's hash tag::
 
-    <ns>:{<bucket>}:lock:<name>     HASH  token, fence, acquired, expires, meta; PX expiry
-    <ns>:{<bucket>}:fence:<name>    STRING last fencing number handed out for <name>
+    <ns>:{<bucket>}:lock:<name>     HASH   token, fence, acquired, expires, meta; PX expiry
+    <ns>:{<bucket>}:fence:<name>    HASH   fence (last number handed out), released
     <ns>:{<bucket>}:wait:<name>     STRING "someone waits": release publishes only then
-    <ns>:{<bucket>}:registry        ZSET  "<kind>:<name>" -> expiry (ms, server time)
+    <ns>:{<bucket>}:sem:<name>      ZSET   semaphore holders: token -> expiry (ms)
+    <ns>:{<bucket>}:semq:<name>     ZSET   semaphore queue: token -> ticket
+    <ns>:{<bucket>}:semw:<name>     ZSET   semaphore waiter leases: token -> expiry (ms)
+    <ns>:{<bucket>}:semi:<name>     HASH   semaphore limit, ticket counter, holder records
+    <ns>:{<bucket>}:reg:names       ZSET   registry: "lock:<name>" / "sem:<name>" in name order
+    <ns>:{<bucket>}:reg:expiry      ZSET   registry: member -> expiry (ms, server time)
 
 Because the tag is the bucket and not the name, user input can neither choose a slot nor end
 the tag early, and the per-bucket registry sits in the same slot as the keys it indexes, so
 the scripts keep it up to date atomically, on a single server and on Cluster alike. The name
-is the last part of each key, so distinct names always give distinct keys.
+is the last part of each key, after a fixed word per key kind, so distinct names always give
+distinct keys.
 
 Changing BUCKETS moves every key: it is part of the on-wire format.
 """
@@ -22,10 +28,22 @@ from dataclasses import dataclass
 
 from .validation import check_namespace
 
-__all__ = ["BUCKETS", "KeySpace", "LockKeys"]
+__all__ = ["BUCKETS", "KeySpace", "LockKeys", "RegistryKeys", "SemaphoreKeys"]
 
 #: Number of hash-tag buckets (and registry shards) per namespace.
 BUCKETS = 256
+
+#: Registry member prefixes, one per kind of primitive.
+LOCK_KIND = "lock"
+SEMAPHORE_KIND = "sem"
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryKeys:
+    """The two registry keys of one bucket."""
+
+    names: str  # members in name order, for listings
+    expiry: str  # member -> expiry, for pruning
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +53,25 @@ class LockKeys:
     lock: str
     fence: str
     wait: str
-    registry: str
+    registry: RegistryKeys
     member: str  # registry member and wake-up message: "lock:<name>"
+
+
+@dataclass(frozen=True, slots=True)
+class SemaphoreKeys:
+    """The keys and strings one semaphore's scripts need."""
+
+    holders: str
+    queue: str
+    leases: str
+    info: str
+    registry: RegistryKeys
+    member: str  # registry member and wake-up message: "sem:<name>"
+
+    @property
+    def state(self) -> tuple[str, str, str, str]:
+        """The four keys of the semaphore itself, in script order."""
+        return (self.holders, self.queue, self.leases, self.info)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +97,32 @@ class KeySpace:
         """Key prefix of one bucket, hash tag included."""
         return f"{self.namespace}:{{{bucket}}}:"
 
-    def registry(self, bucket: int) -> str:
-        """The registry ZSET of one bucket."""
-        return f"{self.prefix(bucket)}registry"
+    def registry(self, bucket: int) -> RegistryKeys:
+        """The registry keys of one bucket."""
+        prefix = self.prefix(bucket)
+        return RegistryKeys(names=f"{prefix}reg:names", expiry=f"{prefix}reg:expiry")
 
     def lock(self, name: str) -> LockKeys:
         """Keys of the lock called ``name`` (already validated)."""
-        prefix = self.prefix(self.bucket(name))
+        bucket = self.bucket(name)
+        prefix = self.prefix(bucket)
         return LockKeys(
             lock=f"{prefix}lock:{name}",
             fence=f"{prefix}fence:{name}",
             wait=f"{prefix}wait:{name}",
-            registry=f"{prefix}registry",
-            member=f"lock:{name}",
+            registry=self.registry(bucket),
+            member=f"{LOCK_KIND}:{name}",
+        )
+
+    def semaphore(self, name: str) -> SemaphoreKeys:
+        """Keys of the semaphore called ``name`` (already validated)."""
+        bucket = self.bucket(name)
+        prefix = self.prefix(bucket)
+        return SemaphoreKeys(
+            holders=f"{prefix}sem:{name}",
+            queue=f"{prefix}semq:{name}",
+            leases=f"{prefix}semw:{name}",
+            info=f"{prefix}semi:{name}",
+            registry=self.registry(bucket),
+            member=f"{SEMAPHORE_KIND}:{name}",
         )

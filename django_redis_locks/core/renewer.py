@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .holds import Hold
-from .scripting import Call, run, run_many
+from .scripting import Call
 
 __all__ = ["Renewable", "Renewer", "renewer"]
 
@@ -123,29 +123,19 @@ class Renewer:
                 logger.warning("renew: stopped renewing: %s", reason)
                 self.remove(entry.item.hold)
                 continue
-            # One pipeline per server: on a Cluster, per node serving the hold's slot.
-            call = entry.item.renew_call()
-            client = entry.item.hold.backend.node_client(call.keys[0])
-            groups.setdefault(id(client), []).append(entry)
+            groups.setdefault(id(entry.item.hold.backend), []).append(entry)
         for entries in groups.values():
             self._renew_group(entries)
 
     def _renew_group(self, entries: list[_Entry]) -> None:
+        # One pipeline per server (per node serving the holds' slots on a Cluster).
         backend = entries[0].item.hold.backend
-        calls = [entry.item.renew_call() for entry in entries]
         sent_at = time.monotonic()
         replies: list[Any]
         try:
-            replies = run_many(backend.node_client(calls[0].keys[0]), calls)
+            replies = backend.run_many([entry.item.renew_call() for entry in entries])
         except Exception as exc:
             replies = [exc] * len(entries)
-        if backend.cluster:  # a slot may have moved: retry one by one through the cluster client
-            for index, reply in enumerate(replies):
-                if isinstance(reply, Exception):
-                    try:
-                        replies[index] = run(backend.client, calls[index])
-                    except Exception as exc:
-                        replies[index] = exc
         for entry, reply in zip(entries, replies, strict=True):
             hold = entry.item.hold
             if isinstance(reply, Exception):

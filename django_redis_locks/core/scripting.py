@@ -1,7 +1,9 @@
 """Lua scripts: read once from the package, run with EVALSHA, reloaded on NOSCRIPT.
 
 Each ``.lua`` file under ``scripts/`` is one atomic operation and opens with a header naming
-its KEYS, ARGV and reply. Running a script never sends its source unless the server answers
+its KEYS, ARGV and reply. Helpers shared by several scripts live in ``scripts/lib/`` and are
+pasted in where a script says ``-- @include <name>``: each script is still sent as one text.
+Running a script never sends its source unless the server answers
 NOSCRIPT (after a restart, ``SCRIPT FLUSH`` or a failover); then the source is loaded and the
 call repeated once. The same path works for redis-py's ``Redis``, ``RedisCluster`` and their
 asyncio twins, and for pipelines.
@@ -10,6 +12,7 @@ asyncio twins, and for pipelines.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -44,13 +47,23 @@ class Call:
 
 
 _CACHE: dict[str, Script] = {}
+_INCLUDE = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
+
+
+def _read(*parts: str) -> str:
+    return resources.files(__package__).joinpath("scripts", *parts).read_text("utf-8")
 
 
 def load(name: str) -> Script:
-    """Return the script ``scripts/<name>.lua``, read from the package once per process."""
+    """Return the script ``scripts/<name>.lua``, read from the package once per process.
+
+    Each ``-- @include <lib>`` line is replaced by ``scripts/lib/<lib>.lua``.
+    """
     script = _CACHE.get(name)
     if script is None:
-        source = resources.files(__package__).joinpath("scripts", f"{name}.lua").read_text("utf-8")
+        source = _INCLUDE.sub(
+            lambda m: _read("lib", f"{m[1]}.lua").rstrip("\n"), _read(f"{name}.lua")
+        )
         sha = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
         script = _CACHE[name] = Script(name, source, sha)
     return script

@@ -12,6 +12,7 @@ __all__ = [
     "MAX_TTL_SECONDS",
     "MAX_WAIT_SECONDS",
     "MIN_TTL_SECONDS",
+    "check_bool",
     "check_name",
     "check_namespace",
     "check_ttl",
@@ -117,6 +118,13 @@ def check_wait(value: object, argument: str = "blocking_timeout") -> float | Non
             "pass None to wait without limit",
         )
     return seconds
+
+
+def check_bool(value: object, argument: str) -> bool:
+    """Return ``value`` if it is True or False (not merely truthy)."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentType(argument, f"must be True or False, not {value!r}")
+    return value
 
 
 def to_millis(seconds: float) -> int:

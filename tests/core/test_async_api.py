@@ -102,7 +102,7 @@ def test_async_context_manager(aclient, namespace) -> None:
             assert 0 < await lock.aensure_held() <= 1
         with pytest.raises(LockLost):
             async with lock:
-                await client.delete(lock._lock_keys(backend).lock)
+                await client.delete(lock._keys_for(backend).lock)
         return await lock.alocked()
 
     assert run(scenario, aclient, namespace) is False
@@ -114,7 +114,7 @@ def test_blocking_acquire_can_be_cancelled(aclient, namespace) -> None:
         assert await holder.aacquire()
         waiter = Lock("cancel", client=backend, timeout=5)
         task = asyncio.create_task(waiter.aacquire(timeout=30))
-        member = holder._lock_keys(backend).member
+        member = holder._keys_for(backend).member
         async with asyncio.timeout(5):  # until the waiter is blocked on a wake-up
             while not backend.hub()._waiters.get(member):
                 await asyncio.sleep(0.005)

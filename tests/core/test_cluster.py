@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from redis.crc import key_slot
 
-from django_redis_locks import Lock
+from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
 from tests.harness.servers import wait_until
 
@@ -41,7 +41,10 @@ def test_every_script_over_1000_random_names(cluster_backend: Backend) -> None:
     client = cluster_backend.client
     for name in names:
         keys = cluster_backend.keys.lock(name)
-        slots = {key_slot(k.encode()) for k in (keys.lock, keys.fence, keys.wait, keys.registry)}
+        sem_keys = cluster_backend.keys.semaphore(name)
+        every_key = (keys.lock, keys.fence, keys.wait, *sem_keys.state)
+        registry = (keys.registry.names, keys.registry.expiry)
+        slots = {key_slot(k.encode()) for k in every_key + registry}
         assert len(slots) == 1
         nodes[client.get_node_from_key(keys.lock).name] += 1
         lock = Lock(name, client=cluster_backend, timeout=5)
@@ -54,6 +57,16 @@ def test_every_script_over_1000_random_names(cluster_backend: Backend) -> None:
         assert lock.ensure_held() > 0
         lock.release()  # publishes: a waiter flag exists
         assert not lock.locked()
+        first, second = (Semaphore(name, 2, client=cluster_backend, timeout=5) for _ in "ab")
+        third = Semaphore(name, 2, client=cluster_backend, timeout=5, blocking=False)
+        assert first.acquire() and second.acquire()
+        assert not third.acquire()
+        assert first.count() == 2 and first.held()
+        assert first.refresh() == 5
+        assert {h.holder_id for h in first.holders()} == {first.holder_id, second.holder_id}
+        first.release()
+        second.release()
+        assert first.count() == 0
     assert len(nodes) == 3, f"names did not spread over the masters: {nodes}"
 
 
@@ -65,7 +78,7 @@ def test_blocking_waiter_is_woken_on_cluster(cluster_backend: Backend) -> None:
     def hold_then_release() -> None:
         holder.acquire()
         held.set()
-        member = holder._lock_keys(cluster_backend).member
+        member = holder._keys_for(cluster_backend).member
         wait_until(
             lambda: bool(cluster_backend.hub()._waiters.get(member)), timeout=5, what="waiter"
         )

@@ -19,7 +19,7 @@ from tests.harness.servers import wait_until
 
 
 def lock_key(lock: Lock) -> str:
-    return lock._lock_keys(lock.backend).lock
+    return lock._keys_for(lock.backend).lock
 
 
 def snapshot(client, key: str) -> tuple[dict[bytes, bytes], int]:
@@ -196,7 +196,8 @@ def test_threads_sharing_one_lock_object_hold_separately(backend: Backend) -> No
 
 def test_release_is_recognised_when_repeated(backend: Backend) -> None:
     """A release whose reply was lost and is sent again (same token) still succeeds."""
-    from django_redis_locks.core import protocol
+    from django_redis_locks.core import lock_protocol as protocol
+    from django_redis_locks.core.replies import RELEASED
     from django_redis_locks.core.scripting import run
 
     lock = Lock("again", client=backend, timeout=5)
@@ -204,6 +205,6 @@ def test_release_is_recognised_when_repeated(backend: Backend) -> None:
     hold = lock._current_hold()
     assert hold is not None
     call = protocol.release_call(hold.keys, hold.token, backend.keys.channel)
-    assert run(backend.client, call) == protocol.RELEASED
-    assert run(backend.client, call) == protocol.RELEASED  # the retry
+    assert run(backend.client, call) == RELEASED
+    assert run(backend.client, call) == RELEASED  # the retry
     lock.release()  # and the library's own call after it

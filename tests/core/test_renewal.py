@@ -20,7 +20,7 @@ def test_auto_renew_keeps_a_1s_lock_for_5s_of_work(backend: Backend, redis_clien
     lock = Lock("long-job", client=backend, timeout=1, auto_renew=True)
     other = Lock("long-job", client=backend, timeout=1, blocking=False)
     lock.acquire()
-    key = lock._lock_keys(backend).lock
+    key = lock._keys_for(backend).lock
     started = time.monotonic()
     while time.monotonic() - started < 5.0:  # "work" for 5 s, checking all along
         assert not other.acquire(), "the lock was free while its holder was working"
@@ -57,7 +57,7 @@ def test_deleted_key_is_reported_within_one_renewal_interval(
         on_lost=lambda lock, reason: lost.append(reason),
     )
     lock.acquire()
-    redis_client.delete(lock._lock_keys(backend).lock)
+    redis_client.delete(lock._keys_for(backend).lock)
     deleted_at = time.monotonic()
     hold = lock._current_hold()
     assert hold is not None
@@ -72,7 +72,7 @@ def test_deleted_key_is_reported_within_one_renewal_interval(
 def test_taken_over_hold_is_reported(backend: Backend, redis_client) -> None:
     lock = Lock("stolen", client=backend, timeout=0.6, auto_renew=True)
     lock.acquire()
-    key = lock._lock_keys(backend).lock
+    key = lock._keys_for(backend).lock
     redis_client.hset(key, "token", "someone-else")
     hold = lock._current_hold()
     assert hold is not None

@@ -26,7 +26,7 @@ def test_acquire_succeeds_with_a_live_replica(primary_with_replica, replicas) ->
     backend = Backend(client, namespace="repl", replica_wait_timeout=2)
     lock = Lock("replicated", client=backend, timeout=10, wait_for_replicas=replicas)
     assert lock.acquire()
-    key = lock._lock_keys(backend).lock
+    key = lock._keys_for(backend).lock
     with replica.client(socket_timeout=5) as replica_client:
         # WAIT returned only after the replica had the write, so it is there already.
         assert replica_client.hget(key, "token") == client.hget(key, "token")
@@ -41,7 +41,7 @@ def test_acquire_fails_and_leaves_no_lock_with_the_replica_paused(primary_with_r
     try:
         with pytest.raises(LockNotReplicated, match="0 of 1 replicas"):
             lock.acquire()
-        assert not client.exists(lock._lock_keys(backend).lock)
+        assert not client.exists(lock._keys_for(backend).lock)
         assert not lock.locked()
         assert lock.fence is None
     finally:

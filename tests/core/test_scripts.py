@@ -10,7 +10,8 @@ import pytest
 import redis
 
 from django_redis_locks import Lock
-from django_redis_locks.core import Backend, protocol
+from django_redis_locks.core import Backend, replies
+from django_redis_locks.core import lock_protocol as protocol
 from django_redis_locks.core.scripting import load, run_many
 
 SCRIPTS = sorted(
@@ -36,6 +37,10 @@ KEY_COMMANDS = [
     "ZADD",
     "ZREM",
     "ZRANGE",
+    "ZRANGEBYSCORE",
+    "ZRANGEBYLEX",
+    "ZCOUNT",
+    "HMGET",
     "ZREMRANGEBYSCORE",
     "ZCARD",
     "ZSCORE",
@@ -65,18 +70,63 @@ def test_script_header_names_keys_argv_and_reply(name: str) -> None:
         assert f"-- ARGV[{index}]" in header, f"ARGV[{index}] is used but not documented"
 
 
+LIBRARIES = sorted(
+    path.name.removesuffix(".lua")
+    for path in resources.files("django_redis_locks.core").joinpath("scripts", "lib").iterdir()
+    if path.name.endswith(".lua")
+)
+
+
+def _code(source: str) -> str:
+    return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("--"))
+
+
+def _raw(*parts: str) -> str:
+    return resources.files("django_redis_locks.core").joinpath("scripts", *parts).read_text()
+
+
+def _library_functions() -> dict[str, list[str]]:
+    """Each library function's parameters."""
+    functions = {}
+    for library in LIBRARIES:
+        for function, params in re.findall(
+            r"local function (\w+)\(([^)]*)\)", _raw("lib", f"{library}.lua")
+        ):
+            functions[function] = [p.strip() for p in params.split(",")]
+    return functions
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_scripts_touch_only_keys_they_were_given(name: str) -> None:
-    code = "\n".join(
-        line for line in load(name).source.splitlines() if not line.lstrip().startswith("--")
-    )
+    """Commands name keys only through KEYS (or a library function's ``*_key`` parameter, and
+    every call of a library function passes KEYS entries there)."""
+    code = _code(load(name).source)
     calls = re.findall(r"redis\.call\('(\w+)',\s*([^,)]+)", code)
     assert calls
     for command, first in calls:
         if command.upper() in KEY_COMMANDS:
-            assert re.fullmatch(r"KEYS\[\d+\]", first.strip()), f"{command} on {first}"
+            assert re.fullmatch(r"KEYS\[[\w +-]+\]|\w+_key", first.strip()), f"{command} on {first}"
+    own = _code(_raw(f"{name}.lua"))
+    assert not re.search(r"\b\w+_key\b", own), "key parameters belong to the libraries"
+    for function, params in _library_functions().items():
+        for call in re.findall(rf"\b{function}\(([^)]*)\)", own):
+            args = [a.strip() for a in call.split(",")]
+            for param, arg in zip(params, args, strict=True):
+                if param.endswith("_key"):
+                    assert re.fullmatch(r"KEYS\[\d+\]", arg), f"{function}({param}={arg})"
     assert "KEYS'" not in code and "'SCAN'" not in code
     assert "os.time" not in code  # the clock comes from TIME
+
+
+def test_library_functions_name_their_keys() -> None:
+    """Inside libraries, keys come only from ``*_key`` parameters, never from KEYS."""
+    assert LIBRARIES
+    for library in LIBRARIES:
+        code = _code(_raw("lib", f"{library}.lua"))
+        assert "KEYS" not in code, library
+        for command, first in re.findall(r"redis\.call\('(\w+)',\s*([^,)]+)", code):
+            if command.upper() in KEY_COMMANDS:
+                assert first.strip().endswith("_key"), f"{library}: {command} on {first}"
 
 
 def test_script_flush_between_calls_is_transparent(backend: Backend, redis_client) -> None:
@@ -101,11 +151,11 @@ def test_script_flush_in_a_pipeline_reruns_only_what_did_not_run(
     acquire = protocol.acquire_call(keys, "tok", 5000, "{}")
     redis_client.script_load(load("lock_acquire").source)
     redis_client.script_flush()
-    replies = run_many(redis_client, [acquire, protocol.state_call(keys, "tok")])
-    acquired = protocol.decode_acquire(replies[0])
-    assert isinstance(acquired, protocol.Acquired)
+    results = run_many(redis_client, [acquire, protocol.state_call(keys, "tok")])
+    acquired = protocol.decode_acquire(results[0])
+    assert isinstance(acquired, replies.Acquired)
     assert acquired.fence > 0
-    assert protocol.decode_state(replies[1]).owned
+    assert protocol.decode_state(results[1]).owned
 
 
 def test_script_flush_is_transparent_for_asyncio(redis_server, namespace: str) -> None:

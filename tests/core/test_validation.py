@@ -92,7 +92,7 @@ def test_timeout_with_non_blocking_acquire_is_refused(backend: Backend, keys_bef
 def test_bad_extensions_write_nothing(backend: Backend, redis_client, seconds) -> None:
     lock = Lock("ext", client=backend, timeout=5)
     lock.acquire()
-    key = lock._lock_keys(backend).lock
+    key = lock._keys_for(backend).lock
     before = redis_client.hgetall(key), redis_client.pttl(key)
     with pytest.raises((InvalidArgument, InvalidArgumentType), match="seconds"):
         lock.extend(seconds)

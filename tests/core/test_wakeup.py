@@ -15,7 +15,7 @@ from tests.harness.servers import wait_until
 
 
 def waiting(backend: Backend, lock: Lock) -> bool:
-    member = lock._lock_keys(backend).member
+    member = lock._keys_for(backend).member
     return bool(backend.hub()._waiters.get(member))
 
 

@@ -1,9 +1,10 @@
 -- lock_acquire: take the lock if it is free; one atomic step, clock from TIME.
 --
--- KEYS[1]  <ns>:{b}:lock:<name>   lock hash (token, fence, acquired, expires, meta)
--- KEYS[2]  <ns>:{b}:fence:<name>  hash: fence (last number handed out), released (last token)
--- KEYS[3]  <ns>:{b}:wait:<name>   "someone waits" flag, set on contention
--- KEYS[4]  <ns>:{b}:registry      ZSET member -> expiry (ms), pruned here
+-- KEYS[1]  <ns>:{b}:lock:<name>     lock hash (token, fence, acquired, expires, meta)
+-- KEYS[2]  <ns>:{b}:fence:<name>    hash: fence (last number handed out), released (last token)
+-- KEYS[3]  <ns>:{b}:wait:<name>     "someone waits" flag, set on contention
+-- KEYS[4]  <ns>:{b}:reg:names       registry: members in name order
+-- KEYS[5]  <ns>:{b}:reg:expiry      registry: member -> expiry (ms)
 -- ARGV[1]  token (random, >= 128 bits)
 -- ARGV[2]  ttl in milliseconds (> 0)
 -- ARGV[3]  holder metadata (JSON text, stored as is)
@@ -18,6 +19,7 @@
 --
 -- Fencing: fence = max(last + 1, server time in microseconds), so numbers keep increasing
 -- across a restart that lost the data, as long as the server clock does not step back.
+-- @include registry
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -46,6 +48,5 @@ redis.call('HSET', KEYS[1], 'token', ARGV[1], 'fence', fence,
     'acquired', string.format('%.0f', now_ms), 'expires', string.format('%.0f', expires),
     'meta', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-redis.call('ZADD', KEYS[4], expires, ARGV[4])
+registry_set(KEYS[4], KEYS[5], ARGV[4], expires, now_ms, false)
 return {1, fence, ttl, now_ms, 0}

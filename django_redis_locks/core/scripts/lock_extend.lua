@@ -1,7 +1,8 @@
 -- lock_extend: add to, or replace, the remaining life of a lock held with the given token.
 --
 -- KEYS[1]  <ns>:{b}:lock:<name>   lock hash
--- KEYS[2]  <ns>:{b}:registry      ZSET member -> expiry (ms)
+-- KEYS[2]  <ns>:{b}:reg:names     registry: members in name order
+-- KEYS[3]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
 -- ARGV[1]  token
 -- ARGV[2]  milliseconds (> 0)
 -- ARGV[3]  "add": new life = remaining + ARGV[2]
@@ -14,6 +15,7 @@
 --   {1, new_ttl_ms, now_ms}  extended
 --   {0}                      no lock: it expired or was removed; nothing written
 --   {-1}                     held with another token; nothing written
+-- @include registry
 local current = redis.call('HGET', KEYS[1], 'token')
 if not current then
     return {0}
@@ -37,5 +39,5 @@ if ttl > cap then ttl = cap end
 local expires = now_ms + ttl
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', expires))
-redis.call('ZADD', KEYS[2], expires, ARGV[4])
+registry_set(KEYS[2], KEYS[3], ARGV[4], expires, now_ms, false)
 return {1, ttl, now_ms}

@@ -1,0 +1,278 @@
+"""Introspection: list live locks and semaphores, look one up, force-release one hold.
+
+Every lock and semaphore is listed in its bucket's registry (see :mod:`.keys`), which the
+scripts keep current and prune. A listing walks the buckets in order, a chunk of buckets per
+round trip, then describes the page's entries with one inspection script per bucket: the
+first page of 100 among 10,000 live locks takes three round trips, whatever else the
+database holds, and never uses ``KEYS`` or ``SCAN``. Pages come in bucket order, then name
+order within a bucket (stable, not alphabetical); follow ``Page.cursor`` for the next one.
+
+Force release is checked against the holder id that a listing showed, so a newer holder of
+the same name is never evicted by mistake; the evicted holder's next ``ensure_held()``,
+``extend()`` or ``refresh()`` raises ``LockLost``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+from . import lock_protocol, semaphore_protocol
+from .backend import Backend, backend_for_client, resolve_backend
+from .driver import Eval, EvalMany, Operation, drive
+from .errors import InvalidArgument, InvalidArgumentType
+from .holds import HOLDER_ID_LENGTH
+from .info import HolderInfo, Page, SemaphoreInfo, parse_lock, parse_semaphore
+from .keys import BUCKETS, LOCK_KIND, SEMAPHORE_KIND, KeySpace
+from .replies import RELEASED, text
+from .scripting import Call, load
+from .validation import MAX_NAME_BYTES, check_name
+
+__all__ = [
+    "MAX_PAGE_SIZE",
+    "force_release",
+    "get_lock",
+    "get_semaphore",
+    "list_locks",
+    "list_semaphores",
+    "semaphore_info_steps",
+]
+
+#: Largest page a listing returns.
+MAX_PAGE_SIZE = 1000
+#: Buckets read in the first round trip of a listing; the rest follow in one more.
+_FIRST_CHUNK = 16
+
+T = TypeVar("T")
+Kind = Literal["lock", "semaphore"]
+
+
+def list_locks(
+    prefix: str = "",
+    *,
+    cursor: str | None = None,
+    count: int = 100,
+    using: str | None = None,
+    client: Any = None,
+) -> Page[HolderInfo]:
+    """Live locks whose name starts with ``prefix``: up to ``count``, then ``Page.cursor``.
+
+    Raises InvalidArgument(Type) for a bad prefix, cursor or count, LockBackendError when
+    Redis fails.
+    """
+    backend = _backend(using, client)
+    return drive(_list(backend, LOCK_KIND, prefix, cursor, count, _describe_locks), backend)
+
+
+def list_semaphores(
+    prefix: str = "",
+    *,
+    cursor: str | None = None,
+    count: int = 100,
+    using: str | None = None,
+    client: Any = None,
+) -> Page[SemaphoreInfo]:
+    """Semaphores with holders or waiters whose name starts with ``prefix``; see list_locks."""
+    backend = _backend(using, client)
+    return drive(
+        _list(backend, SEMAPHORE_KIND, prefix, cursor, count, semaphore_info_steps), backend
+    )
+
+
+def get_lock(name: str, *, using: str | None = None, client: Any = None) -> HolderInfo | None:
+    """The current holder of lock ``name``, or None when it is free."""
+    name = check_name(name)
+    backend = _backend(using, client)
+    return drive(_describe_locks(backend, [name]), backend)[0]
+
+
+def get_semaphore(
+    name: str, *, using: str | None = None, client: Any = None
+) -> SemaphoreInfo | None:
+    """Semaphore ``name`` with its holders, or None when nobody holds or waits."""
+    name = check_name(name)
+    backend = _backend(using, client)
+    return drive(semaphore_info_steps(backend, [name]), backend)[0]
+
+
+def force_release(
+    name: str,
+    holder_id: str,
+    *,
+    kind: Kind = "lock",
+    using: str | None = None,
+    client: Any = None,
+) -> bool:
+    """Evict the hold ``holder_id`` (as a listing showed it) of lock or semaphore ``name``.
+
+    Returns True if that hold was released, False if it was no longer there (released,
+    expired, or the name is now held by someone else, who is left alone). Waiters are woken
+    as by a release. The evicted holder finds out at its next check: ``ensure_held()``,
+    ``extend()``, ``refresh()`` and its renewer report ``LockLost``.
+    """
+    name = check_name(name)
+    holder_id = _check_holder_id(holder_id)
+    backend = _backend(using, client)
+    channel = backend.keys.channel
+    call: Call
+    if kind == "lock":
+        call = lock_protocol.release_call(backend.keys.lock(name), holder_id, channel, forced=True)
+    elif kind == "semaphore":
+        keys = backend.keys.semaphore(name)
+        call = semaphore_protocol.release_call(keys, holder_id, channel, forced=True)
+    else:
+        raise InvalidArgument("kind", f"must be 'lock' or 'semaphore', not {kind!r}")
+    return int(drive(_eval(call), backend)) == RELEASED
+
+
+# -- steps (sans I/O) ---------------------------------------------------------------------
+def _eval(call: Call) -> Operation[Any]:
+    return (yield Eval(call))
+
+
+Describe = Callable[[Backend, Sequence[str]], Operation[list[T | None]]]
+
+
+def _list(  # noqa: PLR0917 - private, called from two places
+    backend: Backend,
+    kind: str,
+    prefix: str,
+    cursor: str | None,
+    count: int,
+    describe: Describe[T],
+) -> Operation[Page[T]]:
+    prefix = _check_prefix(prefix)
+    count = _check_count(count)
+    bucket, after = _decode_cursor(cursor)
+    low = f"{kind}:{prefix}".encode()
+    high = low + b"\xff"  # no UTF-8 text contains 0xff: above every name with the prefix
+    found: list[tuple[int, str]] = []
+    chunk = _FIRST_CHUNK
+    while bucket < BUCKETS and len(found) < count:
+        buckets = range(bucket, min(bucket + chunk, BUCKETS))
+        calls = []
+        for b in buckets:
+            start = b"[" + low
+            if b == bucket and after is not None:
+                start = b"(" + f"{kind}:{after}".encode()
+            registry = backend.keys.registry(b)
+            calls.append(
+                Call(
+                    load("registry_page"),
+                    (registry.names, registry.expiry),
+                    (start, b"[" + high, count - len(found)),
+                )
+            )
+        pages = yield EvalMany(tuple(calls))
+        for b, members in zip(buckets, pages, strict=True):
+            for member in members:
+                if len(found) < count:
+                    found.append((b, text(member).partition(":")[2]))
+        bucket, after, chunk = buckets.stop, None, BUCKETS
+    described = yield from describe(backend, [name for _, name in found])
+    items = [item for item in described if item is not None]
+    next_cursor = _encode_cursor(*found[-1]) if len(found) == count else None
+    return Page(items=items, cursor=next_cursor)
+
+
+def _by_bucket(names: Sequence[str]) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for index, name in enumerate(names):
+        groups.setdefault(KeySpace.bucket(name), []).append(index)
+    return groups
+
+
+def _describe_locks(backend: Backend, names: Sequence[str]) -> Operation[list[HolderInfo | None]]:
+    """One ``lock_inspect`` call per bucket, all in one round trip per server."""
+    groups = _by_bucket(names)
+    calls = tuple(
+        Call(load("lock_inspect"), tuple(backend.keys.lock(names[i]).lock for i in indexes), ())
+        for indexes in groups.values()
+    )
+    replies = yield EvalMany(calls)
+    result: list[HolderInfo | None] = [None] * len(names)
+    for indexes, reply in zip(groups.values(), replies, strict=True):
+        now_ms = int(reply[0])
+        for index, entry in zip(indexes, reply[1:], strict=True):
+            result[index] = parse_lock(names[index], entry, now_ms)
+    return result
+
+
+def semaphore_info_steps(
+    backend: Backend, names: Sequence[str]
+) -> Operation[list[SemaphoreInfo | None]]:
+    """One ``sem_inspect`` call per bucket, all in one round trip per server."""
+    groups = _by_bucket(names)
+    calls = tuple(
+        Call(
+            load("sem_inspect"),
+            tuple(key for i in indexes for key in backend.keys.semaphore(names[i]).state),
+            (),
+        )
+        for indexes in groups.values()
+    )
+    replies = yield EvalMany(calls)
+    result: list[SemaphoreInfo | None] = [None] * len(names)
+    for indexes, reply in zip(groups.values(), replies, strict=True):
+        now_ms = int(reply[0])
+        for index, entry in zip(indexes, reply[1:], strict=True):
+            result[index] = parse_semaphore(names[index], entry, now_ms)
+    return result
+
+
+# -- arguments ----------------------------------------------------------------------------
+def _backend(using: str | None, client: Any) -> Backend:
+    if using is not None and client is not None:
+        raise InvalidArgument("using", "give either using= or client=, not both")
+    if client is None:
+        return resolve_backend(using)
+    return client if isinstance(client, Backend) else backend_for_client(client)
+
+
+def _check_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str):
+        raise InvalidArgumentType("prefix", f"must be a str, not {type(prefix).__name__}")
+    if prefix:
+        check_name(prefix, "prefix")
+    return prefix
+
+
+def _check_count(count: object) -> int:
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise InvalidArgumentType("count", f"must be an int, not {type(count).__name__}")
+    if not 1 <= count <= MAX_PAGE_SIZE:
+        raise InvalidArgument("count", f"must be from 1 to {MAX_PAGE_SIZE} (got {count})")
+    return count
+
+
+def _check_holder_id(holder_id: object) -> str:
+    if not isinstance(holder_id, str):
+        raise InvalidArgumentType("holder_id", f"must be a str, not {type(holder_id).__name__}")
+    if len(holder_id) != HOLDER_ID_LENGTH or not all(c in "0123456789abcdef" for c in holder_id):
+        raise InvalidArgument(
+            "holder_id", f"must be {HOLDER_ID_LENGTH} lowercase hex digits (got {holder_id!r})"
+        )
+    return holder_id
+
+
+def _encode_cursor(bucket: int, name: str) -> str:
+    raw = f"{bucket}:{name}".encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _decode_cursor(cursor: object) -> tuple[int, str | None]:
+    if cursor is None:
+        return 0, None
+    if not isinstance(cursor, str):
+        raise InvalidArgumentType("cursor", f"must be a str or None, not {type(cursor).__name__}")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
+        bucket_text, _, name = raw.partition(":")
+        bucket = int(bucket_text)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidArgument("cursor", "is not a cursor returned by a listing") from None
+    if not 0 <= bucket < BUCKETS or not name or len(name.encode()) > MAX_NAME_BYTES:
+        raise InvalidArgument("cursor", "is not a cursor returned by a listing")
+    return bucket, name

@@ -1,0 +1,67 @@
+"""Decoded script replies shared by locks and semaphores. Pure, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "NOT_HELD",
+    "OTHER_HOLDER",
+    "RELEASED",
+    "Acquired",
+    "Contended",
+    "decode_renewal",
+    "loss_reason",
+    "text",
+]
+
+# Release and renewal codes of the scripts.
+RELEASED = 1
+NOT_HELD = 0
+OTHER_HOLDER = -1
+
+
+def text(value: Any) -> str:
+    """A reply value as str (replies are bytes unless the client decodes them)."""
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """A grant: the fence (lock) or ticket (semaphore), the TTL set, the server's clock."""
+
+    fence: int
+    ttl_ms: int
+    server_now_ms: int
+    retried: bool  # the token already held it: an earlier attempt's reply was lost
+
+
+@dataclass(frozen=True, slots=True)
+class Contended:
+    """No grant. ``holder_ttl_ms``: until the (first) holder expires (-1: no expiry known)."""
+
+    holder_ttl_ms: int
+    position: int = 0  # semaphores: 1-based place in the queue (0: not queued)
+
+
+def decode_acquired(reply: Sequence[Any]) -> Acquired:
+    return Acquired(
+        fence=int(text(reply[1])),
+        ttl_ms=int(reply[2]),
+        server_now_ms=int(reply[3]),
+        retried=int(reply[4]) == 1,
+    )
+
+
+def decode_renewal(reply: Sequence[Any]) -> int | None:
+    """A ``{1, new_ttl_ms, now_ms}`` / ``{0}`` / ``{-1}`` reply: the new TTL in ms, or None."""
+    return int(reply[1]) if int(reply[0]) == 1 else None
+
+
+def loss_reason(code: int) -> str:
+    """Why a hold is gone, from a release or renewal code."""
+    if code == OTHER_HOLDER:
+        return "it expired and another holder took it"
+    return "it expired or was removed"

@@ -1,0 +1,60 @@
+-- lib/semaphore: shared steps of the semaphore scripts (``-- @include semaphore``). Every
+-- function takes its keys as arguments, and the including script passes KEYS entries.
+--
+-- holders_key  ZSET  token -> expiry (ms, server time) of each holder
+-- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
+-- leases_key   ZSET  token -> expiry (ms) of each waiter's place in the queue
+-- info_key     HASH  limit, ticket (last ticket handed out), h:<token> -> holder record
+--                    "<acquired_ms> <ticket> <metadata JSON>"
+local SEMAPHORE_GRACE_MS = 1000
+
+-- Drop holders whose TTL ran out and waiters whose lease ran out; return how many went.
+local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now_ms)
+    local gone = redis.call('ZRANGEBYSCORE', holders_key, '-inf', now_ms)
+    for _, token in ipairs(gone) do
+        redis.call('ZREM', holders_key, token)
+        redis.call('HDEL', info_key, 'h:' .. token)
+    end
+    local left = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms)
+    for _, token in ipairs(left) do
+        redis.call('ZREM', leases_key, token)
+        redis.call('ZREM', queue_key, token)
+    end
+    return #gone + #left
+end
+
+-- A new ticket: larger than every earlier one, also after the counter was lost (server time
+-- in microseconds), so tickets order arrivals and never repeat.
+local function semaphore_ticket(info_key, now_us)
+    local ticket = tonumber(redis.call('HGET', info_key, 'ticket') or '0') + 1
+    if ticket < now_us then
+        ticket = now_us
+    end
+    ticket = string.format('%.0f', ticket)
+    redis.call('HSET', info_key, 'ticket', ticket)
+    return ticket
+end
+
+-- Make all four keys live as long as the last holder or waiter, or delete them when nobody
+-- holds or waits. Return the last expiry (ms), or nil when the semaphore is gone.
+local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_ms)
+    if redis.call('ZCARD', holders_key) == 0 and redis.call('ZCARD', queue_key) == 0 then
+        redis.call('DEL', holders_key, queue_key, leases_key, info_key)
+        return nil
+    end
+    local last = now_ms
+    local holder = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
+    if holder[2] and tonumber(holder[2]) > last then
+        last = tonumber(holder[2])
+    end
+    local lease = redis.call('ZRANGE', leases_key, -1, -1, 'WITHSCORES')
+    if lease[2] and tonumber(lease[2]) > last then
+        last = tonumber(lease[2])
+    end
+    local keep = last - now_ms + SEMAPHORE_GRACE_MS
+    redis.call('PEXPIRE', holders_key, keep)
+    redis.call('PEXPIRE', queue_key, keep)
+    redis.call('PEXPIRE', leases_key, keep)
+    redis.call('PEXPIRE', info_key, keep)
+    return last
+end

@@ -1,0 +1,22 @@
+-- lock_inspect: describe locks for listings, without revealing their tokens. Writes nothing.
+--
+-- KEYS[1] .. KEYS[n]  lock hashes (<ns>:{b}:lock:<name>), all in one slot
+--
+-- Reply:
+--   {now_ms, entry_1, ..., entry_n}, each entry
+--     {}                                                          the lock is free
+--     {holder_id, fence, acquired_ms, expires_ms, pttl_ms, meta}  held; holder_id is the
+--                                                                 first 16 hex digits of
+--                                                                 the token's SHA-1
+local t = redis.call('TIME')
+local reply = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+for i = 1, #KEYS do
+    local v = redis.call('HMGET', KEYS[i], 'token', 'fence', 'acquired', 'expires', 'meta')
+    if v[1] then
+        reply[i + 1] = {string.sub(redis.sha1hex(v[1]), 1, 16), v[2], v[3], v[4],
+            redis.call('PTTL', KEYS[i]), v[5]}
+    else
+        reply[i + 1] = {}
+    end
+end
+return reply

@@ -1,0 +1,103 @@
+-- sem_acquire: take a slot of a fair counting semaphore, or queue for one; one atomic step,
+-- clock from TIME (Redis in Action 6.3.2 and 11.2.3, on server time).
+--
+-- KEYS[1]  <ns>:{b}:sem:<name>    holders: token -> expiry (ms)
+-- KEYS[2]  <ns>:{b}:semq:<name>   queue: token -> ticket, arrival order of blocked waiters
+-- KEYS[3]  <ns>:{b}:semw:<name>   leases: token -> expiry (ms) of a waiter's place
+-- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token> -> holder record
+-- KEYS[5]  <ns>:{b}:reg:names     registry: members in name order
+-- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
+-- ARGV[1]  token (random, >= 128 bits)
+-- ARGV[2]  limit (>= 1)
+-- ARGV[3]  holder ttl in milliseconds (> 0)
+-- ARGV[4]  holder metadata (JSON text, stored as is)
+-- ARGV[5]  registry member ("sem:<name>"), also the wake-up message
+-- ARGV[6]  "try": never queue; "queue": take (or keep) a place in the queue if not admitted
+-- ARGV[7]  waiter lease in milliseconds: a queued waiter that does not come back within it
+--          loses its place
+-- ARGV[8]  wake-up channel ("<ns>:wake")
+--
+-- Reply:
+--   {1, ticket, ttl_ms, now_ms, 0}   admitted
+--   {1, ticket, pttl_ms, now_ms, 1}  already a holder with this very token (a retried acquire
+--                                    whose first reply was lost): nothing written
+--   {0, wait_ms, position}           not admitted: wait_ms is the time until the first
+--                                    holder's TTL runs out (-1: no holder); position is the
+--                                    1-based place in the queue (0: not queued)
+--   {-1, stored_limit}               the semaphore is in use with another limit: nothing
+--                                    written
+--
+-- Fairness: a waiter is admitted only when fewer than the free slots are taken by waiters
+-- ahead of it in ticket order, and a "try" never overtakes a queued waiter. Expired holders
+-- and waiters are dropped first, so the limit holds however long a holder was paused.
+-- @include registry
+-- @include semaphore
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local token = ARGV[1]
+local limit = tonumber(ARGV[2])
+
+local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+local mine = redis.call('ZSCORE', KEYS[1], token)
+if mine then
+    local record = redis.call('HGET', KEYS[4], 'h:' .. token) or ''
+    local ticket = string.match(record, '^%d+ (%d+)') or '0'
+    return {1, ticket, tonumber(mine) - now_ms, now_ms, 1}
+end
+
+local holding = redis.call('ZCARD', KEYS[1])
+local waiting = redis.call('ZCARD', KEYS[2])
+local stored = redis.call('HGET', KEYS[4], 'limit')
+if stored and tonumber(stored) ~= limit and (holding > 0 or waiting > 0) then
+    return {-1, tonumber(stored)}
+end
+redis.call('HSET', KEYS[4], 'limit', limit)
+
+local free = limit - holding
+local queued = redis.call('ZSCORE', KEYS[2], token)
+local ahead = waiting
+if queued then
+    ahead = redis.call('ZRANK', KEYS[2], token)
+end
+
+if free > ahead then
+    local ticket
+    if queued then
+        ticket = string.format('%.0f', tonumber(queued))
+        redis.call('ZREM', KEYS[2], token)
+        redis.call('ZREM', KEYS[3], token)
+    else
+        ticket = semaphore_ticket(KEYS[4], now_us)
+    end
+    local ttl = tonumber(ARGV[3])
+    redis.call('ZADD', KEYS[1], now_ms + ttl, token)
+    redis.call('HSET', KEYS[4], 'h:' .. token,
+        string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. ARGV[4])
+    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+    registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
+    if dropped > 0 and free > 1 and redis.call('ZCARD', KEYS[2]) > 0 then
+        redis.call('PUBLISH', ARGV[8], ARGV[5])  -- slots freed by expiry: wake the queue
+    end
+    return {1, ticket, ttl, now_ms, 0}
+end
+
+local position = 0
+if ARGV[6] == 'queue' then
+    if not queued then
+        redis.call('ZADD', KEYS[2], semaphore_ticket(KEYS[4], now_us), token)
+    end
+    redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[7]), token)
+    position = ahead + 1
+    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+    registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
+end
+if dropped > 0 and free > 0 then
+    redis.call('PUBLISH', ARGV[8], ARGV[5])  -- waiters ahead may be admitted now
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local wait_ms = -1
+if first[2] then
+    wait_ms = tonumber(first[2]) - now_ms
+end
+return {0, wait_ms, position}

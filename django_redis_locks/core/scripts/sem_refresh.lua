@@ -1,0 +1,29 @@
+-- sem_refresh: give a semaphore holder a fresh TTL (Redis in Action 6.3.3), if it still
+-- holds its slot. A holder whose TTL ran out is never revived, even before it was pruned.
+--
+-- KEYS[1]  <ns>:{b}:sem:<name>    holders: token -> expiry (ms)
+-- KEYS[2]  <ns>:{b}:semq:<name>   queue: token -> ticket
+-- KEYS[3]  <ns>:{b}:semw:<name>   leases: token -> expiry (ms)
+-- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token> -> holder record
+-- KEYS[5]  <ns>:{b}:reg:names     registry: members in name order
+-- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
+-- ARGV[1]  token
+-- ARGV[2]  new ttl in milliseconds (> 0), counted from now
+-- ARGV[3]  registry member ("sem:<name>")
+--
+-- Reply:
+--   {1, ttl_ms, now_ms}  refreshed
+--   {0}                  not a holder (expired, released or evicted): nothing written
+-- @include registry
+-- @include semaphore
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expires or tonumber(expires) <= now_ms then
+    return {0}
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', now_ms + ttl, ARGV[1])
+local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+registry_set(KEYS[5], KEYS[6], ARGV[3], last, now_ms, true)
+return {1, ttl, now_ms}

@@ -1,0 +1,220 @@
+"""The fair counting Semaphore: at most ``limit`` holders at once, admitted in arrival order.
+
+Redis in Action 6.3 (counting and fair semaphores, refresh) done as single Lua scripts in the
+manner of 11.2.3, with every timestamp taken from the Redis server's clock, and with a queue
+so that blocked waiters are admitted in the order they arrived and woken by releases.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from . import replies
+from . import semaphore_protocol as protocol
+from .backend import Backend
+from .driver import Eval, Operation, adrive, drive
+from .errors import (
+    InvalidArgument,
+    InvalidArgumentType,
+    LockNotAcquired,
+    SemaphoreFull,
+    SemaphoreLimitMismatch,
+)
+from .holds import Hold
+from .info import HolderInfo, SemaphoreInfo
+from .keys import SemaphoreKeys
+from .primitive import LostCallback, Outcome, Primitive, Request
+from .registry import semaphore_info_steps
+from .scripting import Call
+from .validation import to_millis
+
+__all__ = ["MAX_LIMIT", "Semaphore"]
+
+#: Largest accepted limit.
+MAX_LIMIT = 10_000
+#: How long a blocked waiter keeps its place in the queue without coming back to ask. Waiters
+#: ask at least every ``Semaphore.recheck_seconds``; one that crashed or stalled longer than
+#: this loses its place (and takes a new one at the back when it asks again).
+WAITER_LEASE_SECONDS = 5.0
+
+
+class Semaphore(Primitive[SemaphoreKeys]):
+    """A fair counting semaphore: at most ``limit`` holders of ``name`` at once, fleet-wide.
+
+    ``timeout`` is each holder's time to live in seconds: a holder that crashes frees its
+    slot when it runs out (default: the configured default TTL). Blocked waiters queue in
+    arrival order and are admitted in that order, woken by releases; a non-blocking acquire
+    never overtakes a queued waiter. ``auto_renew`` keeps a holder's TTL topped up from the
+    process-wide renewer; ``refresh()`` does it by hand. All times come from the Redis server's
+    clock, so a client whose clock is off can neither steal a slot nor lose one.
+
+    Everyone using one name must pass the same ``limit``: while the semaphore has holders or
+    waiters, an acquire with another limit raises :class:`SemaphoreLimitMismatch` (and
+    changes nothing); once nobody holds or waits, the next acquire sets the limit anew.
+
+    Like :class:`Lock`, one object may be shared by threads and asyncio tasks, each with a
+    hold of its own; it is not re-entrant.
+
+    Raises InvalidArgument / InvalidArgumentType (ValueError / TypeError) for bad arguments.
+    """
+
+    kind = "semaphore"
+    recheck_seconds = 0.5
+
+    def __init__(
+        self,
+        name: str,
+        limit: int,
+        *,
+        timeout: float | None = None,
+        using: str | None = None,
+        client: Any = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        on_lost: LostCallback | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            timeout=timeout,
+            using=using,
+            client=client,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            metadata=metadata,
+            on_lost=on_lost,
+        )
+        self.limit = check_limit(limit)
+
+    # -- public API beyond the shared one ----------------------------------------------------
+    def refresh(self) -> float:
+        """Give this thread's/task's slot a full TTL again; return it in seconds.
+
+        Raises LockNotOwned if nothing was acquired, LockLost if the slot was lost (expired
+        or force-released): a lost slot is never taken back, so the limit holds.
+        """
+        hold = self._require_hold()
+        return drive(self._refresh(hold), hold.backend)
+
+    def held(self) -> bool:
+        """Whether this thread/task holds a slot, as Redis sees it now."""
+        hold = self._current_hold()
+        if hold is None or hold.lost:
+            return False
+        return drive(self._probe(hold), hold.backend) is not None
+
+    def count(self) -> int:
+        """How many slots are held right now (holders whose TTL ran out are not counted)."""
+        backend = self.backend
+        return drive(self._state(backend), backend).count
+
+    def holders(self) -> list[HolderInfo]:
+        """The current holders, soonest to expire first, with their metadata."""
+        backend = self.backend
+        return drive(self._info(backend), backend).holders
+
+    async def arefresh(self) -> float:
+        """Asyncio twin of :meth:`refresh`."""
+        hold = self._require_hold()
+        return await adrive(self._refresh(hold), hold.backend)
+
+    async def aheld(self) -> bool:
+        """Asyncio twin of :meth:`held`."""
+        hold = self._current_hold()
+        if hold is None or hold.lost:
+            return False
+        return await adrive(self._probe(hold), hold.backend) is not None
+
+    async def acount(self) -> int:
+        """Asyncio twin of :meth:`count`."""
+        backend = self.backend
+        return (await adrive(self._state(backend), backend)).count
+
+    async def aholders(self) -> list[HolderInfo]:
+        """Asyncio twin of :meth:`holders`."""
+        backend = self.backend
+        return (await adrive(self._info(backend), backend)).holders
+
+    # -- hooks -----------------------------------------------------------------------------
+    def _make_keys(self, backend: Backend) -> SemaphoreKeys:
+        return backend.keys.semaphore(self.name)
+
+    def _not_acquired(self, outcome: Outcome) -> LockNotAcquired:
+        detail = ""
+        if outcome.retry_after is not None:
+            detail = f"; the first holder's TTL has {outcome.retry_after:.3f} s left"
+        return SemaphoreFull(
+            f"semaphore {self.name!r} has all {self.limit} slots taken{detail}",
+            retry_after=outcome.retry_after,
+        )
+
+    def _release_call(self, keys: SemaphoreKeys, token: str, channel: str) -> Call:
+        return protocol.release_call(keys, token, channel)
+
+    def _renew_call(self, hold: Hold) -> Call:
+        return protocol.refresh_call(hold.keys, hold.token, to_millis(hold.ttl))
+
+    def _probe(self, hold: Hold) -> Operation[int | None]:
+        state = yield from self._state(hold.backend, hold)
+        if state.ttl_ms is None:
+            self._lost(hold, "its slot expired or was removed")
+        return state.ttl_ms
+
+    def _attempt(
+        self, request: Request[SemaphoreKeys], queue: bool
+    ) -> Operation[replies.Acquired | replies.Contended]:
+        call = protocol.acquire_call(
+            request.keys,
+            request.token,
+            self.limit,
+            to_millis(request.ttl),
+            request.metadata,
+            queue=queue,
+            lease_ms=to_millis(WAITER_LEASE_SECONDS),
+            channel=self._channel(request),
+        )
+        result = protocol.decode_acquire((yield Eval(call)))
+        if isinstance(result, protocol.LimitMismatch):
+            raise SemaphoreLimitMismatch(
+                f"semaphore {self.name!r} is in use with limit {result.stored_limit}, "
+                f"not {self.limit}: everyone using one name must pass the same limit",
+                stored_limit=result.stored_limit,
+                limit=self.limit,
+            )
+        return result
+
+    # -- semaphore operations (sans I/O) ---------------------------------------------------
+    def _refresh(self, hold: Hold) -> Operation[float]:
+        if hold.lost:
+            raise self._lost(hold, hold.lost_reason or "")
+        started = time.monotonic()
+        reply = yield Eval(self._renew_call(hold))
+        new_ttl_ms = replies.decode_renewal(reply)
+        if new_ttl_ms is None:
+            raise self._lost(hold, "its slot expired or was removed")
+        hold.expires_at = started + new_ttl_ms / 1000
+        return new_ttl_ms / 1000
+
+    def _state(
+        self, backend: Backend, hold: Hold | None = None
+    ) -> Operation[protocol.SemaphoreState]:
+        keys = hold.keys if hold is not None else self._keys_for(backend)
+        call = protocol.state_call(keys, hold.token if hold is not None else None)
+        return protocol.decode_state((yield Eval(call)))
+
+    def _info(self, backend: Backend) -> Operation[SemaphoreInfo]:
+        infos = yield from semaphore_info_steps(backend, [self.name])
+        return infos[0] or SemaphoreInfo.empty(self.name, self.limit)
+
+
+def check_limit(value: object) -> int:
+    """Return ``value`` if it is a usable semaphore limit: an int from 1 to MAX_LIMIT."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentType("limit", f"must be an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_LIMIT:
+        raise InvalidArgument("limit", f"must be from 1 to {MAX_LIMIT} (got {value})")
+    return value
