@@ -145,6 +145,10 @@ class Primitive(Generic[K]):
     def _not_acquired(self, outcome: Outcome) -> LockNotAcquired:
         raise NotImplementedError
 
+    def _wake_message(self, request: Request[K]) -> str:
+        """The wake-up message that tells this request's waiter to try again."""
+        return request.keys.member
+
     # -- public API: sync ------------------------------------------------------------------
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         """Take it; True if taken, False if not available and waiting ended.
@@ -339,7 +343,7 @@ class Primitive(Generic[K]):
                     return Outcome(False, holder_left)
                 if waiter is None:
                     # Register before the next attempt, so no release can slip in between.
-                    waiter = yield Listen(request.keys.member, min(remaining or 1.0, 1.0))
+                    waiter = yield Listen(self._wake_message(request), min(remaining or 1.0, 1.0))
                     continue
                 pause = self.recheck_seconds
                 if holder_left is not None:

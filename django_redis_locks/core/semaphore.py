@@ -22,7 +22,7 @@ from .errors import (
     SemaphoreFull,
     SemaphoreLimitMismatch,
 )
-from .holds import Hold
+from .holds import Hold, holder_id
 from .info import HolderInfo, SemaphoreInfo
 from .keys import SemaphoreKeys
 from .primitive import LostCallback, Outcome, Primitive, Request
@@ -151,6 +151,10 @@ class Semaphore(Primitive[SemaphoreKeys]):
             f"semaphore {self.name!r} has all {self.limit} slots taken{detail}",
             retry_after=outcome.retry_after,
         )
+
+    def _wake_message(self, request: Request[SemaphoreKeys]) -> str:
+        # Releases wake only the waiters the free slots admit, each by its holder id.
+        return f"{request.keys.member}#{holder_id(request.token)}"
 
     def _release_call(self, keys: SemaphoreKeys, token: str, channel: str) -> Call:
         return protocol.release_call(keys, token, channel)

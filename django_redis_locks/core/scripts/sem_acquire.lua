@@ -11,7 +11,7 @@
 -- ARGV[2]  limit (>= 1)
 -- ARGV[3]  holder ttl in milliseconds (> 0)
 -- ARGV[4]  holder metadata (JSON text, stored as is)
--- ARGV[5]  registry member ("sem:<name>"), also the wake-up message
+-- ARGV[5]  registry member ("sem:<name>"); wake-up messages are "<member>#<holder id>"
 -- ARGV[6]  "try": never queue; "queue": take (or keep) a place in the queue if not admitted
 -- ARGV[7]  waiter lease in milliseconds: a queued waiter that does not come back within it
 --          loses its place
@@ -76,8 +76,8 @@ if free > ahead then
         string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. ARGV[4])
     local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
     registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
-    if dropped > 0 and free > 1 and redis.call('ZCARD', KEYS[2]) > 0 then
-        redis.call('PUBLISH', ARGV[8], ARGV[5])  -- slots freed by expiry: wake the queue
+    if dropped > 0 then  -- slots freed by expiry may admit more waiters
+        semaphore_wake(KEYS[1], KEYS[2], KEYS[4], ARGV[8], ARGV[5])
     end
     return {1, ticket, ttl, now_ms, 0}
 end
@@ -92,8 +92,8 @@ if ARGV[6] == 'queue' then
     local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
     registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
 end
-if dropped > 0 and free > 0 then
-    redis.call('PUBLISH', ARGV[8], ARGV[5])  -- waiters ahead may be admitted now
+if dropped > 0 then  -- waiters ahead of this one may be admitted now
+    semaphore_wake(KEYS[1], KEYS[2], KEYS[4], ARGV[8], ARGV[5])
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local wait_ms = -1

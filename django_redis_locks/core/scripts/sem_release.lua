@@ -10,11 +10,11 @@
 -- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
--- ARGV[3]  registry member ("sem:<name>"), also the wake-up message
+-- ARGV[3]  registry member ("sem:<name>"); wake-up messages are "<member>#<holder id>"
 -- ARGV[4]  wake-up channel ("<ns>:wake")
 --
 -- Reply:
---    1  the slot was released (queued waiters, if any, were told on the channel)
+--    1  the slot was released (the waiters it admits, if any, were told on the channel)
 --    2  the token was not holding but waiting: it left the queue
 --    0  neither holding nor waiting (expired, released before, or evicted): nothing written
 -- @include registry
@@ -46,10 +46,7 @@ end
 local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
 if not last then
     registry_remove(KEYS[5], KEYS[6], ARGV[3])
-elseif outcome + dropped > 0 and redis.call('ZCARD', KEYS[2]) > 0 then
-    local limit = tonumber(redis.call('HGET', KEYS[4], 'limit') or '0')
-    if limit > redis.call('ZCARD', KEYS[1]) then
-        redis.call('PUBLISH', ARGV[4], ARGV[3])  -- a slot is free: wake the queue
-    end
+elseif outcome + dropped > 0 then
+    semaphore_wake(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[3])
 end
 return outcome

@@ -58,3 +58,16 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_
     redis.call('PEXPIRE', info_key, keep)
     return last
 end
+
+-- Wake the waiters that the free slots now admit, one message each ("<member>#<holder id>"),
+-- so that the rest of the queue sleeps on.
+local function semaphore_wake(holders_key, queue_key, info_key, channel, member)
+    local limit = tonumber(redis.call('HGET', info_key, 'limit') or '0')
+    local free = limit - redis.call('ZCARD', holders_key)
+    if free <= 0 then
+        return
+    end
+    for _, token in ipairs(redis.call('ZRANGE', queue_key, 0, free - 1)) do
+        redis.call('PUBLISH', channel, member .. '#' .. string.sub(redis.sha1hex(token), 1, 16))
+    end
+end

@@ -1,0 +1,436 @@
+"""The fair counting Semaphore in one process: limit, fairness, wake-ups, expiry, the API."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from django_redis_locks import (
+    InvalidArgument,
+    InvalidArgumentType,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    Semaphore,
+    SemaphoreFull,
+    SemaphoreLimitMismatch,
+)
+from django_redis_locks.core import Backend
+from django_redis_locks.core import semaphore_protocol as protocol
+from django_redis_locks.core.holds import holder_id
+from django_redis_locks.core.replies import Acquired, Contended
+from django_redis_locks.core.semaphore import MAX_LIMIT
+from django_redis_locks.inspect import SemaphoreInfo, get_semaphore
+from tests.harness.servers import wait_until
+
+SYNC_TWINS = ["acquire", "release", "refresh", "held", "count", "holders", "ensure_held"]
+
+
+def token_of(semaphore: Semaphore) -> str:
+    hold = semaphore._current_hold()
+    assert hold is not None
+    return hold.token
+
+
+def info_of(backend: Backend, name: str) -> SemaphoreInfo:
+    info = get_semaphore(name, client=backend)
+    assert info is not None
+    return info
+
+
+def waiting(backend: Backend, name: str) -> int:
+    info = get_semaphore(name, client=backend)
+    return 0 if info is None else info.waiting
+
+
+def queued(backend: Backend, name: str, count: int) -> Callable[[], bool]:
+    return lambda: waiting(backend, name) == count
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_limit_is_enforced_and_reported(backend: Backend) -> None:
+    first = Semaphore("pool", 2, client=backend, timeout=5, metadata={"label": "jobs.first"})
+    second = Semaphore("pool", 2, client=backend, timeout=5)
+    third = Semaphore("pool", 2, client=backend, timeout=5, blocking=False)
+    assert first.acquire() and second.acquire()
+    assert not third.acquire()
+    assert first.count() == 2 and first.held() and not third.held()
+    holders = {h.holder_id: h for h in first.holders()}
+    assert set(holders) == {first.holder_id, second.holder_id}
+    mine = holders[holder_id(token_of(first))]
+    assert mine.label == "jobs.first" and mine.kind == "semaphore"
+    assert 4 < mine.ttl <= 5
+    assert 4.9 < (mine.expires_at - mine.acquired_at).total_seconds() <= 5.0
+    first.release()
+    assert first.count() == 1 and not first.held()
+    assert third.acquire()
+    second.release()
+    third.release()
+    assert first.count() == 0
+
+
+def test_context_manager_raises_semaphore_full_with_retry_after(backend: Backend) -> None:
+    holder = Semaphore("ctx", 1, client=backend, timeout=3)
+    with holder:
+        assert holder.held()
+        with (
+            pytest.raises(SemaphoreFull) as info,
+            Semaphore("ctx", 1, client=backend, blocking=False),
+        ):
+            pytest.fail("the body ran without a slot")
+        assert isinstance(info.value, LockNotAcquired)
+        assert info.value.retry_after is not None and 2 < info.value.retry_after <= 3
+    assert holder.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("limit", "error"),
+    [
+        (0, InvalidArgument),
+        (-1, InvalidArgument),
+        (MAX_LIMIT + 1, InvalidArgument),
+        (10**12, InvalidArgument),
+        (1.5, InvalidArgumentType),
+        (2.0, InvalidArgumentType),
+        (math.nan, InvalidArgumentType),
+        (True, InvalidArgumentType),
+        ("3", InvalidArgumentType),
+        (None, InvalidArgumentType),
+    ],
+)
+def test_bad_limits_raise_and_write_nothing(backend: Backend, redis_client, limit, error) -> None:
+    with pytest.raises(error) as info:
+        Semaphore("bad", limit, client=backend)
+    assert info.value.argument == "limit"
+    assert isinstance(info.value, ValueError if error is InvalidArgument else TypeError)
+    assert not list(redis_client.scan_iter(match=f"{backend.keys.namespace}:*"))
+
+
+def test_a_different_limit_is_refused_while_in_use_and_changes_nothing(
+    backend: Backend, redis_client
+) -> None:
+    two = Semaphore("limits", 2, client=backend, timeout=5)
+    three = Semaphore("limits", 3, client=backend, timeout=5)
+    assert two.acquire()
+    keys = backend.keys.semaphore("limits")
+    before = redis_client.zrange(keys.holders, 0, -1, withscores=True)
+    with pytest.raises(SemaphoreLimitMismatch) as info:
+        three.acquire()
+    assert (info.value.stored_limit, info.value.limit) == (2, 3)
+    assert "limit 2" in str(info.value) and "not 3" in str(info.value)
+    assert redis_client.zrange(keys.holders, 0, -1, withscores=True) == before
+    assert info_of(backend, "limits").limit == 2
+    two.release()
+    # Once nobody holds or waits, the next acquire sets the limit anew.
+    assert three.acquire()
+    assert info_of(backend, "limits").limit == 3
+    with pytest.raises(SemaphoreLimitMismatch):
+        two.acquire(blocking=False)
+    three.release()
+
+
+def test_ten_waiters_are_admitted_in_arrival_order(backend: Backend) -> None:
+    holder = Semaphore("fifo", 1, client=backend, timeout=10)
+    assert holder.acquire()
+    order: list[int] = []
+    threads = []
+    for index in range(10):
+
+        def wait_for_slot(index: int = index) -> None:
+            semaphore = Semaphore("fifo", 1, client=backend, timeout=10)
+            assert semaphore.acquire(timeout=30)
+            order.append(index)
+            semaphore.release()
+
+        thread = threading.Thread(target=wait_for_slot)
+        thread.start()
+        threads.append(thread)
+        wait_until(queued(backend, "fifo", index + 1), timeout=5, what="queued")
+    holder.release()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert order == list(range(10))
+
+
+def test_a_try_never_overtakes_a_queued_waiter(backend: Backend) -> None:
+    keys = backend.keys.semaphore("overtake")
+    holder = Semaphore("overtake", 1, client=backend, timeout=10)
+    assert holder.acquire()
+    # A waiter that queued and has not come back yet: its place lasts 0.3 s.
+    queued = protocol.acquire_call(
+        keys, "queued-token", 1, 10_000, "{}", queue=True, lease_ms=300, channel="unused"
+    )
+    reply = protocol.decode_acquire(backend.client.evalsha(*queued.evalsha_args()))
+    assert isinstance(reply, Contended) and reply.position == 1
+    holder.release()
+    latecomer = Semaphore("overtake", 1, client=backend, timeout=10, blocking=False)
+    assert not latecomer.acquire()  # the slot is free, but it is the queued waiter's turn
+    # Its place runs out when it does not come back: then the slot goes to whoever asks.
+    assert latecomer.acquire(blocking=True, timeout=5)
+    latecomer.release()
+
+
+def test_a_waiter_that_gives_up_leaves_the_queue(backend: Backend) -> None:
+    holder = Semaphore("give-up", 1, client=backend, timeout=10)
+    assert holder.acquire()
+    started = time.monotonic()
+    assert not Semaphore("give-up", 1, client=backend).acquire(timeout=0.3)
+    assert 0.3 <= time.monotonic() - started < 2
+    assert waiting(backend, "give-up") == 0
+    holder.release()
+    assert get_semaphore("give-up", client=backend) is None
+
+
+def test_release_wakes_the_next_waiter_within_milliseconds(backend: Backend) -> None:
+    holder = Semaphore("handoff", 1, client=backend, timeout=10)
+    latencies: list[float] = []
+    for _ in range(30):
+        assert holder.acquire()
+        acquired_at: list[float] = []
+
+        def wait_for_it(acquired_at: list[float] = acquired_at) -> None:
+            semaphore = Semaphore("handoff", 1, client=backend, timeout=10)
+            assert semaphore.acquire(timeout=10)
+            acquired_at.append(time.perf_counter())
+            semaphore.release()
+
+        thread = threading.Thread(target=wait_for_it)
+        thread.start()
+        wait_until(lambda: waiting(backend, "handoff") == 1, timeout=5, what="queued")
+        # The waiter may still be between its queued attempt and its wait: give the wake-up
+        # listener its subscription first (it is shared and set up once).
+        released_at = time.perf_counter()
+        holder.release()
+        thread.join(timeout=10)
+        latencies.append(acquired_at[0] - released_at)
+    median = statistics.median(latencies)
+    print(f"semaphore handoff median {median * 1000:.2f} ms, max {max(latencies) * 1000:.2f} ms")
+    assert median < 0.020
+
+
+def test_queued_waiters_do_not_poll_and_only_the_admitted_one_wakes(make_server) -> None:
+    server = make_server()
+    client = server.client(socket_timeout=5)
+    backend = Backend(client, namespace="nopoll")
+    holder = Semaphore("quiet", 1, client=backend, timeout=10)
+    assert holder.acquire()
+    admitted: list[int] = []
+    threads = []
+    for index in range(5):
+
+        def wait_for_slot(index: int = index) -> None:
+            semaphore = Semaphore("quiet", 1, client=backend, timeout=10)
+            assert semaphore.acquire(timeout=30)
+            admitted.append(index)
+            semaphore.release()
+
+        threads.append(threading.Thread(target=wait_for_slot))
+        threads[-1].start()
+        wait_until(queued(backend, "quiet", index + 1), timeout=5, what="queued")
+    before = evalsha_calls(client)
+    blocked_since = time.monotonic()
+    wait_until(lambda: time.monotonic() - blocked_since > 1.0, timeout=5, what="1 s")
+    during = evalsha_calls(client) - before
+    # Each waiter re-checks at most every 0.5 s when nothing wakes it: <= 3 tries each.
+    assert during <= 5 * 3, f"5 waiters ran {during} scripts in 1 s"
+    holder.release()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert admitted == [0, 1, 2, 3, 4]
+    client.close()
+
+
+def test_expired_holder_loses_its_slot_and_cannot_get_it_back(backend: Backend) -> None:
+    short = Semaphore("expiry", 1, client=backend, timeout=0.3)
+    assert short.acquire()
+    other = Semaphore("expiry", 1, client=backend, timeout=5)
+    started = time.monotonic()
+    assert other.acquire(timeout=5)  # woken when the first holder's TTL runs out
+    assert time.monotonic() - started < 1.0
+    with pytest.raises(LockLost):
+        short.refresh()
+    with pytest.raises(LockNotOwned):  # the lost hold is forgotten
+        short.release()
+    assert other.count() == 1 and other.held()
+    other.release()
+
+
+def test_ensure_held_reports_the_ttl_then_the_loss(backend: Backend) -> None:
+    semaphore = Semaphore("ensure", 1, client=backend, timeout=0.5)
+    assert semaphore.acquire()
+    assert 0 < semaphore.ensure_held() <= 0.5
+    wait_until(lambda: semaphore.count() == 0, timeout=5, what="expiry")
+    with pytest.raises(LockLost):
+        semaphore.ensure_held()
+    assert not semaphore.held()
+
+
+def test_refresh_restores_the_full_ttl(backend: Backend, redis_client) -> None:
+    semaphore = Semaphore("refresh", 2, client=backend, timeout=2)
+    assert semaphore.acquire()
+    keys = backend.keys.semaphore("refresh")
+    first_expiry = redis_client.zscore(keys.holders, token_of(semaphore))
+    wait_until(lambda: semaphore.ensure_held() < 1.8, timeout=5, what="time to pass")
+    assert semaphore.refresh() == 2
+    assert redis_client.zscore(keys.holders, token_of(semaphore)) > first_expiry
+    assert semaphore.ensure_held() > 1.8
+    semaphore.release()
+
+
+def test_auto_renew_keeps_a_slot_past_its_ttl(backend: Backend) -> None:
+    semaphore = Semaphore("renewed", 1, client=backend, timeout=0.6, auto_renew=True)
+    assert semaphore.acquire()
+    held_since = time.monotonic()
+    intruder = Semaphore("renewed", 1, client=backend, blocking=False)
+    while time.monotonic() - held_since < 2.0:  # more than three TTLs
+        assert not intruder.acquire()
+        assert semaphore.ensure_held() > 0
+        time.sleep(0.1)  # the work done while holding
+    semaphore.release()
+    assert intruder.acquire()
+    intruder.release()
+
+
+def test_a_retried_acquire_with_the_same_token_is_recognised(backend: Backend) -> None:
+    keys = backend.keys.semaphore("retry")
+    call = protocol.acquire_call(
+        keys, "one-token", 2, 5000, "{}", queue=False, lease_ms=1000, channel="unused"
+    )
+    first = protocol.decode_acquire(backend.client.evalsha(*call.evalsha_args()))
+    again = protocol.decode_acquire(backend.client.evalsha(*call.evalsha_args()))
+    assert isinstance(first, Acquired) and isinstance(again, Acquired)
+    assert not first.retried and again.retried and again.fence == first.fence
+    assert Semaphore("retry", 2, client=backend).count() == 1
+
+
+def test_threads_sharing_one_semaphore_object_never_exceed_the_limit(backend: Backend) -> None:
+    semaphore = Semaphore("threads", 2, client=backend, timeout=5)
+    inside = 0
+    peak = 0
+    guard = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        nonlocal inside, peak
+        try:
+            for _ in range(25):
+                with semaphore:
+                    with guard:
+                        inside += 1
+                        peak = max(peak, inside)
+                    time.sleep(0.001)  # the work done while holding
+                    with guard:
+                        inside -= 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert peak == 2
+    assert semaphore.count() == 0
+
+
+def test_holder_ids_name_holds_without_revealing_tokens(backend: Backend) -> None:
+    assert Semaphore("ids", 1, client=backend).holder_id is None  # holds nothing
+    semaphore = Semaphore("ids", 1, client=backend, timeout=5)
+    assert semaphore.acquire()
+    token = token_of(semaphore)
+    assert semaphore.holder_id == holder_id(token) and len(holder_id(token)) == 16
+    [info] = semaphore.holders()
+    assert info.holder_id == semaphore.holder_id
+    assert token not in repr(info)
+    semaphore.release()
+
+
+# -- asyncio -------------------------------------------------------------------------------
+def test_every_sync_method_has_an_async_twin_with_the_same_signature() -> None:
+    public = {name for name in dir(Semaphore) if not name.startswith("_")}
+    coroutines = {n for n in public if inspect.iscoroutinefunction(getattr(Semaphore, n))}
+    assert coroutines == {f"a{name}" for name in SYNC_TWINS}
+    for name in SYNC_TWINS:
+        sync = inspect.signature(getattr(Semaphore, name))
+        twin = inspect.signature(getattr(Semaphore, f"a{name}"))
+        assert sync.parameters == twin.parameters, name
+        assert sync.return_annotation == twin.return_annotation, name
+
+
+def run_async(redis_server, namespace: str, scenario) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+        backend = Backend(client, namespace=namespace)
+        try:
+            await scenario(backend)
+        finally:
+            await client.aclose()
+            backend.close()
+
+    asyncio.run(main())
+
+
+def test_tasks_sharing_one_semaphore_hold_separately(redis_server, namespace: str) -> None:
+    async def scenario(backend: Backend) -> None:
+        semaphore = Semaphore("tasks", 2, client=backend, timeout=5)
+        entered = asyncio.Event()
+        leave = asyncio.Event()
+
+        async def holder() -> None:
+            async with semaphore:
+                entered.set()
+                await leave.wait()
+
+        task = asyncio.create_task(holder())
+        await entered.wait()
+        assert await semaphore.acount() == 1
+        with pytest.raises(LockNotOwned):  # this task holds nothing: it cannot release
+            await semaphore.arelease()
+        assert await semaphore.aacquire()
+        assert await semaphore.acount() == 2 and await semaphore.aheld()
+        assert await semaphore.arefresh() == 5
+        assert len(await semaphore.aholders()) == 2
+        assert await semaphore.aensure_held() > 4
+        await semaphore.arelease()
+        leave.set()
+        await task
+        assert await semaphore.acount() == 0
+
+    run_async(redis_server, namespace, scenario)
+
+
+def test_cancelled_async_waiter_leaves_the_queue(redis_server, namespace: str) -> None:
+    async def scenario(backend: Backend) -> None:
+        holder = Semaphore("cancel", 1, client=backend, timeout=10)
+        assert await holder.aacquire()
+        waiter = asyncio.create_task(Semaphore("cancel", 1, client=backend).aacquire())
+        for _ in range(500):
+            if waiting(backend, "cancel") == 1:
+                break
+            await asyncio.sleep(0.01)  # yield to the waiter task
+        assert waiting(backend, "cancel") == 1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        # The clean-up runs in the background, well before the place's 5 s lease would end.
+        for _ in range(100):
+            if waiting(backend, "cancel") == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert waiting(backend, "cancel") == 0
+        await holder.arelease()
+        assert get_semaphore("cancel", client=backend) is None
+
+    run_async(redis_server, namespace, scenario)
