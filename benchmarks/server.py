@@ -49,30 +49,37 @@ def start_server() -> BenchServer:
 
 
 class CommandStats:
-    """Counts of commands the server executed, from ``INFO commandstats``.
+    """Counts of commands the server executed, and their time, from ``INFO commandstats``.
 
     Commands run inside Lua scripts are counted too (each ``redis.call``), so these are the
     server's work, not round trips; round trips are counted client-side (:mod:`.counting`).
+    A script's time includes the commands it ran.
     """
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
-        self._before: Counter[str] = Counter()
+        self._before: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+        self.usec: Counter[str] = Counter()  # microseconds per command name, last delta()
 
-    def snapshot(self) -> Counter[str]:
+    def snapshot(self) -> tuple[Counter[str], Counter[str]]:
+        """(calls, microseconds) by command name, the benchmark's own commands left out."""
         stats = self._client.info("commandstats")
-        counts: Counter[str] = Counter()
+        calls: Counter[str] = Counter()
+        usec: Counter[str] = Counter()
         for key, value in stats.items():
             name = key.removeprefix("cmdstat_")
             if name not in _OWN_COMMANDS:
-                counts[name] = int(value["calls"])
-        return counts
+                calls[name] = int(value["calls"])
+                usec[name] = int(value["usec"])
+        return calls, usec
 
     def start(self) -> None:
         self._before = self.snapshot()
 
     def delta(self) -> Counter[str]:
-        """Commands executed since :meth:`start`, by name."""
-        after = self.snapshot()
-        after.subtract(self._before)
-        return Counter({name: n for name, n in after.items() if n > 0})
+        """Commands executed since :meth:`start`, by name (their time goes to ``usec``)."""
+        calls, usec = self.snapshot()
+        calls.subtract(self._before[0])
+        usec.subtract(self._before[1])
+        self.usec = Counter({name: n for name, n in usec.items() if n > 0})
+        return Counter({name: n for name, n in calls.items() if n > 0})

@@ -1,9 +1,10 @@
 """Item 1: the uncontended cycle. One client, acquire + release, over and over.
 
-Every implementation runs in the same worker process, one after the other, each with a
-fresh client and a warm-up; the order rotates between repetitions. Per repetition we keep
-the median and p99 of the per-cycle time and each implementation's ratio to ``floor``
-measured in that repetition; the report shows the median over repetitions.
+Every implementation runs in the same worker process with a client of its own, after a
+warm-up; timed cycles are interleaved in batches of 50, so every implementation sees the
+same background. Per repetition we keep the median and p99 of the per-cycle time and each
+implementation's ratio to ``floor`` measured in that repetition; the report shows the
+median over repetitions.
 """
 
 from __future__ import annotations
@@ -12,44 +13,81 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import plots
+import redis
+
+from benchmarks import counting, plots
 from benchmarks.context import Context
 from benchmarks.measurements import Measurement, Verdict
 from benchmarks.measurements._common import fmt, open_adapter, table
 from benchmarks.pool import Link
-from benchmarks.registry import CYCLE, get, select
+from benchmarks.registry import CYCLE, LockAdapter, get, select
+from benchmarks.server import CommandStats
 from benchmarks.stats import median, ratio, spread, summarize
 
 __all__ = ["MEASUREMENT", "cycle_task"]
 
 WARMUP_CYCLES = 200
+#: Timed cycles per implementation before switching to the next one.
+BATCH = 50
+#: Cycles run (after the warm-up, before timing) to count commands and server time.
+ACCOUNTING_CYCLES = 200
 #: "No slower than redis-py within noise": the median ratio may exceed 1 by this much.
 NOISE_ALLOWANCE = 0.05
 FLOOR_TARGET = 1.10
 
 
+def _accounting(adapter: LockAdapter, stats: CommandStats) -> dict[str, float]:
+    """Commands per cycle (sent, and executed by the server) and server time per cycle."""
+    with counting.counted() as sent:
+        stats.start()
+        for _ in range(ACCOUNTING_CYCLES):
+            adapter.acquire(True)
+            adapter.release()
+        executed = stats.delta()
+    return {
+        "sent_per_cycle": counting.total(sent) / ACCOUNTING_CYCLES,
+        "server_commands_per_cycle": sum(executed.values()) / ACCOUNTING_CYCLES,
+        # Time of the commands the client sent (a script's includes what it ran inside).
+        "server_us_per_cycle": sum(stats.usec[name] for name in sent) / ACCOUNTING_CYCLES,
+    }
+
+
 def cycle_task(params: dict[str, Any], link: Link) -> dict[str, dict[str, float]]:
-    """Worker: time ``cycles`` acquire+release cycles of each implementation in turn."""
+    """Worker: time acquire+release cycles of every implementation, interleaved in batches.
+
+    All adapters are open at once; the timed cycles run in batches of ``BATCH`` per
+    implementation, the order rotating from batch to batch, so background load and CPU
+    frequency changes hit every implementation alike.
+    """
     link.ready()
-    out: dict[str, dict[str, float]] = {}
-    for name in params["order"]:
-        impl, client, adapter = open_adapter({**params, "impl": name})
-        try:
+    opened = []
+    stats_client = redis.Redis(host=params["host"], port=params["port"])
+    try:
+        for name in params["order"]:
+            opened.append(open_adapter({**params, "impl": name}))
+        accounts: dict[str, dict[str, float]] = {}
+        for impl, _client, adapter in opened:
             for _ in range(WARMUP_CYCLES):
                 adapter.acquire(True)
                 adapter.release()
-            samples: list[float] = []
-            clock = time.perf_counter_ns
-            for _ in range(params["cycles"]):
-                started = clock()
-                adapter.acquire(True)
-                adapter.release()
-                samples.append((clock() - started) / 1000)
-            out[impl.name] = summarize(samples)
-        finally:
+            accounts[impl.name] = _accounting(adapter, CommandStats(stats_client))
+        samples: dict[str, list[float]] = {impl.name: [] for impl, _, _ in opened}
+        clock = time.perf_counter_ns
+        for batch in range(max(1, params["cycles"] // BATCH)):
+            shift = batch % len(opened)
+            for impl, _client, adapter in opened[shift:] + opened[:shift]:
+                times = samples[impl.name]
+                for _ in range(BATCH):
+                    started = clock()
+                    adapter.acquire(True)
+                    adapter.release()
+                    times.append((clock() - started) / 1000)
+        return {name: {**summarize(times), **accounts[name]} for name, times in samples.items()}
+    finally:
+        for _impl, client, adapter in opened:
             adapter.close()
             client.close()
-    return out
+        stats_client.close()
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -71,6 +109,9 @@ def run(ctx: Context) -> dict[str, Any]:
             "p50_us": median(r["p50"] for r in rows),
             "p99_us": median(r["p99"] for r in rows),
             "p50_spread": spread(r["p50"] for r in rows),
+            "sent_per_cycle": median(r["sent_per_cycle"] for r in rows),
+            "server_commands_per_cycle": median(r["server_commands_per_cycle"] for r in rows),
+            "server_us_per_cycle": median(r["server_us_per_cycle"] for r in rows),
             "reps": rows,
         }
         for base in ("floor", "ping2", "redis-py"):
@@ -113,7 +154,17 @@ def targets(result: dict[str, Any]) -> list[Verdict]:
 
 def render(result: dict[str, Any], out_dir: Path) -> str:
     impls = result["impls"]
-    header = ["implementation", "median us", "p99 us", "x floor", "x ping2", "spread"]
+    header = [
+        "implementation",
+        "median us",
+        "p99 us",
+        "x floor",
+        "x ping2",
+        "spread",
+        "sent cmds",
+        "server cmds",
+        "server us",
+    ]
     rows = []
     for name, entry in impls.items():
         rows.append(
@@ -124,6 +175,9 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
                 fmt(entry.get("x_floor", float("nan")), 2),
                 fmt(entry.get("x_ping2", float("nan")), 2),
                 f"+/-{entry['p50_spread']:.0%}",
+                fmt(entry["sent_per_cycle"], 0),
+                fmt(entry["server_commands_per_cycle"], 0),
+                fmt(entry["server_us_per_cycle"], 1),
             ]
         )
     fig, ax = plots.new_figure()
@@ -140,9 +194,13 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
     png = plots.save(fig, out_dir, "uncontended.png")
     lines = [
         f"{result['reps']} repetitions x {result['cycles']:,} cycles per implementation, "
-        "each with a fresh client after a warm-up; the order rotates between repetitions. "
+        "each with a client of its own after a warm-up, timed in interleaved batches of "
+        f"{BATCH} cycles (the order rotates from batch to batch). "
         "Ratios are taken within each repetition, then the median over repetitions; "
-        '"spread" is the half-range of the repetitions\' medians relative to their median.',
+        '"spread" is the half-range of the repetitions\' medians relative to their median. '
+        "Per cycle, counted over separate untimed cycles: commands sent (round trips), "
+        "commands the server executed (inside scripts included) and the server's time for "
+        "them (`INFO commandstats`); the rest of a cycle is the client and the network.",
         "",
         table(header, rows),
         "",
