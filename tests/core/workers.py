@@ -1,4 +1,4 @@
-"""Worker processes for the contention tests: ``python -m tests.core.workers <job> ...``.
+"""Worker processes for tests that need other processes: ``python -m tests.core.workers <job>``.
 
 Each job uses the Django-free core only, so a worker starts fast.
 """
@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 import time
+from typing import Any
 
 import redis
 
-from django_redis_locks.core import Backend, Lock
+from django_redis_locks.core import Backend, Lock, LockLost, Semaphore
 
 
 def increment(url: str, namespace: str, counter: str, times: int) -> None:
@@ -37,6 +40,43 @@ def hold(url: str, namespace: str, name: str, seconds: float) -> None:
     client.close()
 
 
+def hold_renewed(url: str, namespace: str, name: str, kind: str, timeout: float) -> int:
+    """Take lock (or 1-slot semaphore) ``name`` with auto-renewal and wait until it is lost.
+
+    Prints one JSON line once held (``holder_id``, ``pid``), one when its ``on_lost`` callback
+    fires (``lost``: the reason), and a last one saying what ``ensure_held()`` raised then.
+    Exits 1 if the hold was not lost within 60 s.
+    """
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    backend = Backend(client, namespace=namespace)
+    lost = threading.Event()
+
+    def on_lost(primitive: Any, reason: str) -> None:
+        print(json.dumps({"lost": reason}), flush=True)
+        lost.set()
+
+    primitive: Lock | Semaphore
+    if kind == "lock":
+        primitive = Lock(name, client=backend, timeout=timeout, auto_renew=True, on_lost=on_lost)
+    else:
+        primitive = Semaphore(
+            name, 1, client=backend, timeout=timeout, auto_renew=True, on_lost=on_lost
+        )
+    primitive.acquire()
+    print(json.dumps({"holder_id": primitive.holder_id, "pid": os.getpid()}), flush=True)
+    if not lost.wait(60):
+        primitive.release()
+        return 1
+    try:
+        primitive.ensure_held()
+    except LockLost:
+        print(json.dumps({"ensure_held": "LockLost"}), flush=True)
+    else:
+        print(json.dumps({"ensure_held": "no error"}), flush=True)
+    client.close()
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="job", required=True)
@@ -50,11 +90,19 @@ def main(argv: list[str]) -> int:
     hld.add_argument("namespace")
     hld.add_argument("name")
     hld.add_argument("seconds", type=float)
+    renewed = sub.add_parser("hold-renewed")
+    renewed.add_argument("url")
+    renewed.add_argument("namespace")
+    renewed.add_argument("name")
+    renewed.add_argument("kind", choices=["lock", "semaphore"])
+    renewed.add_argument("timeout", type=float)
     args = parser.parse_args(argv)
     if args.job == "increment":
         increment(args.url, args.namespace, args.counter, args.times)
-    else:
+    elif args.job == "hold":
         hold(args.url, args.namespace, args.name, args.seconds)
+    else:
+        return hold_renewed(args.url, args.namespace, args.name, args.kind, args.timeout)
     return 0
 
 
