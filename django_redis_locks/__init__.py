@@ -1,10 +1,73 @@
 """Distributed locks and fair counting semaphores on Redis, for Django.
 
 Importing this package never imports Django: the core (``django_redis_locks.core``) works
-with any redis-py client, and the Django layer is loaded when a lock is given no client.
+with any redis-py client, and the Django layer is loaded when a lock is given no client, or
+when one of its names (``redis_lock``, ``SemaphoreCommandMixin``) is first used.
 """
 
-from .core import *  # noqa: F403 - the public names are the core's
-from .core import __all__ as __all__
+from typing import TYPE_CHECKING, Any
+
+from .core import (
+    Backend,
+    HolderInfo,
+    InvalidArgument,
+    InvalidArgumentType,
+    Lock,
+    LockAlreadyHeld,
+    LockBackendError,
+    LockConfigurationError,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+    LockNotReplicated,
+    Page,
+    Semaphore,
+    SemaphoreFull,
+    SemaphoreInfo,
+    SemaphoreLimitMismatch,
+)
+
+if TYPE_CHECKING:  # for type checkers only: at run time these load on first use
+    from .commands import SemaphoreCommandMixin
+    from .decorators import redis_lock
 
 __version__ = "0.1.0.dev0"
+
+# Names of the Django layer, imported on first use (PEP 562) so the core stays Django-free.
+_DJANGO_NAMES = {
+    "redis_lock": "django_redis_locks.decorators",
+    "SemaphoreCommandMixin": "django_redis_locks.commands",
+}
+
+__all__ = [
+    "Backend",
+    "HolderInfo",
+    "InvalidArgument",
+    "InvalidArgumentType",
+    "Lock",
+    "LockAlreadyHeld",
+    "LockBackendError",
+    "LockConfigurationError",
+    "LockError",
+    "LockLost",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "LockNotReplicated",
+    "Page",
+    "Semaphore",
+    "SemaphoreCommandMixin",
+    "SemaphoreFull",
+    "SemaphoreInfo",
+    "SemaphoreLimitMismatch",
+    "redis_lock",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _DJANGO_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -22,6 +22,8 @@ class DjangoRedisLocksConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import checks, connection  # noqa: F401  (registers checks and the resolver)
+        from . import checks, connection, signals  # noqa: F401  (checks and the resolver)
+
+        signals.connect()
 
         setting_changed.connect(_on_setting_changed, dispatch_uid="django_redis_locks.settings")

@@ -40,6 +40,10 @@ DEFAULTS: dict[str, Any] = {
     "CLIENT_FACTORY": None,
     # Seconds an acquire with wait_for_replicas waits for replica acknowledgements.
     "REPLICA_WAIT_TIMEOUT": DEFAULT_REPLICA_WAIT_TIMEOUT,
+    # HTTP status a decorated view answers when its lock is taken (with Retry-After).
+    "VIEW_CONTENTION_STATUS": 409,
+    # HTTP status a decorated view answers when Redis fails and the policy is fail_closed.
+    "VIEW_REDIS_ERROR_STATUS": 503,
 }
 
 
@@ -53,6 +57,8 @@ class Config:
     on_redis_error: OnRedisError
     client_factory: str | None
     replica_wait_timeout: float
+    view_contention_status: int = 409
+    view_redis_error_status: int = 503
 
 
 def _invalid(key: str, message: str) -> ImproperlyConfigured:
@@ -88,7 +94,15 @@ def _build(user: Any) -> Config:
     namespace = _checked("NAMESPACE", check_namespace, values["NAMESPACE"])
     default_timeout = _checked("DEFAULT_TIMEOUT", check_ttl, values["DEFAULT_TIMEOUT"])
     replica_wait = _checked("REPLICA_WAIT_TIMEOUT", check_ttl, values["REPLICA_WAIT_TIMEOUT"])
+    statuses = {}
+    for key in ("VIEW_CONTENTION_STATUS", "VIEW_REDIS_ERROR_STATUS"):
+        status = values[key]
+        if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
+            raise _invalid(key, f"must be an HTTP error status from 400 to 599, not {status!r}")
+        statuses[key] = status
     return Config(
+        view_contention_status=statuses["VIEW_CONTENTION_STATUS"],
+        view_redis_error_status=statuses["VIEW_REDIS_ERROR_STATUS"],
         cache_alias=alias,
         namespace=namespace,
         default_timeout=default_timeout,

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar
 
 from . import replies
 from .backend import Backend, backend_for_client, resolve_backend
@@ -30,6 +30,7 @@ from .errors import (
     LockNotAcquired,
     LockNotOwned,
 )
+from .events import Event, EventType, emit, listening
 from .holds import Hold, check_metadata, current_owner, holder_metadata, new_token, owner_alive
 from .renewer import renewer
 from .scripting import Call
@@ -78,7 +79,7 @@ class Primitive(Generic[K]):
     """
 
     #: Word used in messages and in the registry ("lock", "semaphore").
-    kind: ClassVar[str]
+    kind: ClassVar[Literal["lock", "semaphore"]]
     #: Longest a blocked waiter sleeps between attempts when no release wakes it: a lost
     #: notification costs at most this much latency.
     recheck_seconds: ClassVar[float] = 1.0
@@ -288,10 +289,34 @@ class Primitive(Generic[K]):
         if owner is not None and self._holds.get(owner) is hold:
             del self._holds[owner]
 
-    def _on_hold_lost(self, reason: str) -> None:
-        logger.warning("lost: %s %r: %s", self.kind, self.name, reason)
+    def _on_hold_lost(self, hold: Hold, reason: str) -> None:
+        logger.warning("lost: %s %r (holder %s): %s", self.kind, self.name, hold.holder_id, reason)
+        self._emit("lost", hold, reason=reason)
         if self.on_lost is not None:
             self.on_lost(self, reason)
+
+    def _emit(
+        self,
+        event: EventType,
+        hold: Hold | None,
+        *,
+        reason: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        if listening():
+            label = self.metadata.get("label")
+            emit(
+                Event(
+                    event=event,
+                    kind=self.kind,
+                    name=self.name,
+                    holder_id=None if hold is None else hold.holder_id,
+                    fence=None if hold is None else hold.fence,
+                    label=None if label is None else str(label),
+                    reason=reason,
+                    retry_after=retry_after,
+                )
+            )
 
     # -- operations (sans I/O) -------------------------------------------------------------
     def _acquire(
@@ -340,6 +365,8 @@ class Primitive(Generic[K]):
                 if not blocking or (remaining is not None and remaining <= 0):
                     if queued:
                         yield from self._leave_queue(request)
+                    logger.debug("acquire: %s %r is taken", self.kind, self.name)
+                    self._emit("contended", None, retry_after=holder_left)
                     return Outcome(False, holder_left)
                 if waiter is None:
                     # Register before the next attempt, so no release can slip in between.
@@ -388,7 +415,7 @@ class Primitive(Generic[K]):
         def on_lost(reason: str) -> None:
             primitive = self_ref()
             if primitive is not None:
-                primitive._on_hold_lost(reason)
+                primitive._on_hold_lost(hold, reason)
 
         hold = Hold(
             token=request.token,
@@ -403,6 +430,10 @@ class Primitive(Generic[K]):
         self._holds[request.owner] = hold
         if self.auto_renew:
             renewer().add(_Renewal(self, hold))
+        logger.debug(
+            "acquire: %s %r (holder %s, fence %s)", self.kind, self.name, hold.holder_id, hold.fence
+        )
+        self._emit("acquired", hold)
 
     def _release(self, hold: Hold) -> Operation[None]:
         renewer().remove(hold)
@@ -418,6 +449,8 @@ class Primitive(Generic[K]):
             # (A retry that finds nothing held: the first attempt released it, and its reply
             # was lost. Locks even recognise their own token; see lock_release.lua.)
             self._forget(hold)
+            logger.debug("release: %s %r (holder %s)", self.kind, self.name, hold.holder_id)
+            self._emit("released", hold)
             return
         raise self._lost(hold, replies.loss_reason(int(code)))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -23,6 +24,7 @@ from . import lock_protocol, semaphore_protocol
 from .backend import Backend, backend_for_client, resolve_backend
 from .driver import Eval, EvalMany, Operation, drive
 from .errors import InvalidArgument, InvalidArgumentType
+from .events import Event, emit, listening
 from .holds import HOLDER_ID_LENGTH
 from .info import HolderInfo, Page, SemaphoreInfo, parse_lock, parse_semaphore
 from .keys import BUCKETS, LOCK_KIND, SEMAPHORE_KIND, KeySpace
@@ -39,6 +41,8 @@ __all__ = [
     "list_semaphores",
     "semaphore_info_steps",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Largest page a listing returns.
 MAX_PAGE_SIZE = 1000
@@ -102,6 +106,7 @@ def force_release(
     holder_id: str,
     *,
     kind: Kind = "lock",
+    by: str | None = None,
     using: str | None = None,
     client: Any = None,
 ) -> bool:
@@ -110,7 +115,8 @@ def force_release(
     Returns True if that hold was released, False if it was no longer there (released,
     expired, or the name is now held by someone else, who is left alone). Waiters are woken
     as by a release. The evicted holder finds out at its next check: ``ensure_held()``,
-    ``extend()``, ``refresh()`` and its renewer report ``LockLost``.
+    ``extend()``, ``refresh()`` and its renewer report ``LockLost``. ``by`` (who forced the
+    release) is logged and passed on to event listeners.
     """
     name = check_name(name)
     holder_id = _check_holder_id(holder_id)
@@ -124,7 +130,12 @@ def force_release(
         call = semaphore_protocol.release_call(keys, holder_id, channel, forced=True)
     else:
         raise InvalidArgument("kind", f"must be 'lock' or 'semaphore', not {kind!r}")
-    return int(drive(_eval(call), backend)) == RELEASED
+    released = int(drive(_eval(call), backend)) == RELEASED
+    if released:
+        logger.warning("force_release: %s %r (holder %s) by %s", kind, name, holder_id, by)
+        if listening():
+            emit(Event("force_released", kind, name, holder_id=holder_id, by=by))
+    return released
 
 
 # -- steps (sans I/O) ---------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""What happens to holds, for whoever listens: the Django layer turns events into signals.
+
+Listeners are called synchronously, in the thread where the event happened (the renewer's
+thread for a loss it finds); one that raises is logged and does not disturb the others or
+the operation. Events never carry tokens, only holder ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Event", "EventType", "emit", "listening", "subscribe", "unsubscribe"]
+
+logger = logging.getLogger(__name__)
+
+EventType = Literal["acquired", "released", "contended", "lost", "force_released"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One thing that happened to a lock or semaphore hold.
+
+    ``holder_id`` is None for ``contended`` (the caller got no hold); ``fence`` is the lock's
+    fencing number or the semaphore holder's ticket; ``reason`` says why a hold was lost;
+    ``retry_after`` is the holder's remaining TTL on contention; ``by`` names who forced a
+    release.
+    """
+
+    event: EventType
+    kind: Literal["lock", "semaphore"]
+    name: str
+    holder_id: str | None = None
+    fence: int | None = None
+    label: str | None = None
+    reason: str | None = None
+    retry_after: float | None = None
+    by: str | None = None
+
+
+Listener = Callable[[Event], None]
+_listeners: tuple[Listener, ...] = ()
+_mutex = threading.Lock()
+
+
+def subscribe(listener: Listener) -> None:
+    """Call ``listener(event)`` for every event from now on (once, however often added)."""
+    global _listeners
+    with _mutex:
+        if listener not in _listeners:
+            _listeners = (*_listeners, listener)
+
+
+def unsubscribe(listener: Listener) -> None:
+    global _listeners
+    with _mutex:
+        _listeners = tuple(known for known in _listeners if known != listener)
+
+
+def listening() -> bool:
+    """Whether anyone listens: callers skip building events nobody receives."""
+    return bool(_listeners)
+
+
+def emit(event: Event) -> None:
+    for listener in _listeners:
+        try:
+            listener(event)
+        except Exception:
+            logger.exception("event listener %r failed on %s", listener, event.event)

@@ -1,0 +1,393 @@
+"""``@redis_lock``: run a function, view or task under a lock named from its arguments.
+
+::
+
+    @redis_lock("order:{order_id}", timeout=30)
+    def charge(request, order_id): ...
+
+The key is a ``str.format`` template filled from the call's bound arguments (attribute and
+index access work: ``"report:{request.user.pk}"``), or a callable returning the name. Each
+value is percent-encoded, so a value can never add a separator, reach another name's keys or
+leave the namespace, and long values are replaced by a digest, so names stay bounded.
+
+Each call takes its own Lock (its own token), sync or async like the decorated function.
+On contention: ``"raise"`` (LockNotAcquired), ``"skip"`` (return None without running) or a
+callable ``on_contention(error, *args, **kwargs)`` whose result is returned. A view (called
+with an ``HttpRequest``) answers contention with ``VIEW_CONTENTION_STATUS`` (409 Conflict)
+and ``Retry-After`` instead. Redis errors fail closed (LockBackendError, or
+``VIEW_REDIS_ERROR_STATUS`` 503 for views) unless the policy is ``"fail_open"``; both log.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import logging
+import math
+import string
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, cast
+from urllib.parse import quote
+
+from django.http import HttpRequest, HttpResponse
+
+from .conf import get_config
+from .core.errors import (
+    InvalidArgument,
+    InvalidArgumentType,
+    LockBackendError,
+    LockNotAcquired,
+    LockNotReplicated,
+)
+from .core.lock import Lock, Replicas, _check_replicas
+from .core.validation import check_bool, check_name, check_ttl, check_wait
+
+__all__ = ["redis_lock"]
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+OnContention = Literal["raise", "skip"] | Callable[..., Any]
+OnRedisError = Literal["fail_closed", "fail_open"]
+
+#: Longest encoded value kept as is in a name; longer ones become a digest.
+MAX_VALUE_CHARS = 64
+_SAFE = "-._~@+=,!"  # left as is by the encoding; everything else is %XX
+
+
+def redis_lock(
+    key: str | Callable[..., str],
+    *,
+    timeout: float | None = None,
+    blocking: bool = False,
+    blocking_timeout: float | None = None,
+    on_contention: OnContention = "raise",
+    auto_renew: bool = True,
+    using: str | None = None,
+    wait_for_replicas: Replicas | None = None,
+    on_redis_error: OnRedisError | None = None,
+) -> Callable[[F], F]:
+    """Decorate a function so that each call runs holding the lock named by ``key``.
+
+    ``timeout`` is the lock's TTL (default: the ``DEFAULT_TIMEOUT`` setting); with
+    ``auto_renew`` (the default) it is renewed while the call runs, so it only bounds how long
+    a crashed caller blocks the name. ``blocking`` waits for the lock (up to
+    ``blocking_timeout`` seconds) instead of giving up at once. ``on_redis_error`` overrides
+    the ``ON_REDIS_ERROR`` setting. The other arguments are those of :class:`Lock`.
+
+    Raises TypeError / ValueError (InvalidArgumentType / InvalidArgument) at decoration time
+    for bad arguments, a template field that names no parameter, or a task object (put
+    ``@task`` / ``@shared_task`` above ``@redis_lock``).
+    """
+    if isinstance(key, str):
+        if not key:
+            raise InvalidArgument("key", "must not be empty")
+    elif not callable(key):
+        raise InvalidArgumentType("key", f"must be a str template or a callable, not {key!r}")
+    options = {
+        "timeout": None if timeout is None else check_ttl(timeout, "timeout"),
+        "blocking": check_bool(blocking, "blocking"),
+        "blocking_timeout": check_wait(blocking_timeout),
+        "auto_renew": check_bool(auto_renew, "auto_renew"),
+        "using": using,
+        "wait_for_replicas": _check_replicas(wait_for_replicas),
+    }
+    if using is not None and not isinstance(using, str):
+        raise InvalidArgumentType("using", f"must be a str or None, not {type(using).__name__}")
+    if not (on_contention in ("raise", "skip") or callable(on_contention)):
+        raise InvalidArgument(
+            "on_contention", f"must be 'raise', 'skip' or a callable, not {on_contention!r}"
+        )
+    if on_redis_error not in (None, "fail_closed", "fail_open"):
+        raise InvalidArgument(
+            "on_redis_error", f"must be 'fail_closed', 'fail_open' or None, not {on_redis_error!r}"
+        )
+
+    def decorate(func: F) -> F:
+        _refuse_task_objects(func)
+        if not callable(func):
+            raise InvalidArgumentType("func", f"@redis_lock decorates callables, not {func!r}")
+        signature = _signature(func)
+        namer = _Namer(key, signature, func)
+        guard = _Guard(func, namer, options, on_contention, on_redis_error)
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                return await guard.acall(args, kwargs)
+
+            return cast(F, async_wrapper)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return guard.call(args, kwargs)
+
+        return cast(F, wrapper)
+
+    return decorate
+
+
+# -- names ----------------------------------------------------------------------------------
+def encode_value(value: object) -> str:
+    """One template value as it appears in a lock name: percent-encoded, bounded."""
+    encoded = quote(str(value), safe=_SAFE)
+    if len(encoded) > MAX_VALUE_CHARS:
+        return "~" + hashlib.sha256(str(value).encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    return encoded
+
+
+class _EncodingFormatter(string.Formatter):
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return encode_value(super().format_field(value, format_spec))
+
+
+_FORMATTER = _EncodingFormatter()
+
+
+def _signature(func: Callable[..., Any]) -> inspect.Signature:
+    # method_decorator hands decorators a partial of the bound method, "wrapping" the
+    # unbound one: its own signature (without self) is the one calls bind to.
+    follow = not isinstance(func, functools.partial)
+    return inspect.signature(func, follow_wrapped=follow)
+
+
+class _Namer:
+    """Turns a call's arguments into the lock name."""
+
+    def __init__(
+        self, key: str | Callable[..., str], signature: inspect.Signature, func: Any
+    ) -> None:
+        self.key = key
+        self.signature = signature
+        self.var_keyword = next(
+            (
+                p.name
+                for p in signature.parameters.values()
+                if p.kind is inspect.Parameter.VAR_KEYWORD
+            ),
+            None,
+        )
+        if isinstance(key, str):
+            self._check_template(key, func)
+
+    def _check_template(self, template: str, func: Any) -> None:
+        try:
+            fields = [field for _, field, _, _ in _FORMATTER.parse(template) if field is not None]
+        except ValueError as exc:
+            raise InvalidArgument("key", f"is not a valid template: {exc}") from None
+        for field in fields:
+            root = field.split(".", 1)[0].split("[", 1)[0]
+            if not root or root.isdigit():
+                raise InvalidArgument("key", f"fields must name parameters, not {{{field}}}")
+            if root not in self.signature.parameters and self.var_keyword is None:
+                raise InvalidArgument(
+                    "key",
+                    f"field {{{field}}} names no parameter of {_label(func)}{self.signature}",
+                )
+
+    def name(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        if not isinstance(self.key, str):
+            name = self.key(*args, **kwargs)
+            return check_name(name, "key")
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:
+            raise _Unbindable from None
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        if self.var_keyword is not None:
+            values.update(values.pop(self.var_keyword, {}))
+        try:
+            name = _FORMATTER.vformat(self.key, (), values)
+        except (KeyError, AttributeError, IndexError, TypeError) as exc:
+            raise InvalidArgument("key", f"template {self.key!r} failed: {exc!r}") from exc
+        return check_name(name, "key")
+
+
+class _Unbindable(Exception):
+    """The call's arguments do not fit the function: calling it will raise its TypeError."""
+
+
+# -- calls ----------------------------------------------------------------------------------
+class _Guard:
+    """Runs one decorated call: name, lock, policies."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        namer: _Namer,
+        options: dict[str, Any],
+        on_contention: OnContention,
+        on_redis_error: OnRedisError | None,
+    ) -> None:
+        self.func = func
+        self.namer = namer
+        self.options = options
+        self.on_contention = on_contention
+        self.on_redis_error = on_redis_error
+        self.label = _label(func)
+
+    def _lock(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Lock | None:
+        """The call's lock, or None when the arguments do not bind (the call will fail)."""
+        try:
+            name = self.namer.name(args, kwargs)
+        except _Unbindable:
+            return None
+        metadata: dict[str, Any] = {"label": self.label}
+        request = _request_of(args)
+        if request is not None:
+            metadata["request"] = f"{request.method} {request.path}"[:200]
+        return Lock(name, metadata=metadata, **self.options)
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        lock = self._lock(args, kwargs)
+        if lock is None:
+            return self.func(*args, **kwargs)
+        try:
+            lock.__enter__()
+        except (LockBackendError, LockNotReplicated) as error:
+            return self._redis_failed(error, lock, args, kwargs)
+        except LockNotAcquired as error:
+            return self._contended(error, lock, args, kwargs)
+        try:
+            result = self.func(*args, **kwargs)
+        except BaseException:
+            lock.__exit__(*sys.exc_info())
+            raise
+        self._release(lock, lock.release)
+        return result
+
+    async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        lock = self._lock(args, kwargs)
+        if lock is None:
+            return await self.func(*args, **kwargs)
+        try:
+            await lock.__aenter__()
+        except (LockBackendError, LockNotReplicated) as error:
+            if self._policy() == "fail_open":
+                self._log_redis_error(error, lock, opened=True)
+                return await self.func(*args, **kwargs)
+            return self._redis_failed(error, lock, args, kwargs)
+        except LockNotAcquired as error:
+            result = self._contended(error, lock, args, kwargs)
+            return await result if inspect.isawaitable(result) else result
+        try:
+            result = await self.func(*args, **kwargs)
+        except BaseException:
+            await lock.__aexit__(*sys.exc_info())
+            raise
+        try:
+            await lock.arelease()
+        except LockBackendError as error:
+            self._release_failed(lock, error)
+        return result
+
+    def _release(self, lock: Lock, release: Callable[[], None]) -> None:
+        try:
+            release()
+        except LockBackendError as error:
+            self._release_failed(lock, error)
+
+    def _release_failed(self, lock: Lock, error: LockBackendError) -> None:
+        # The call is done; the lock expires by its TTL. Its result stands.
+        logger.warning("release: lock %r after %s failed: %s", lock.name, self.label, error)
+
+    def _policy(self) -> OnRedisError:
+        return self.on_redis_error or get_config().on_redis_error
+
+    def _log_redis_error(self, error: Exception, lock: Lock, *, opened: bool) -> None:
+        if opened:
+            logger.warning(
+                "acquire: lock %r for %s failed (%s); running without it (fail_open)",
+                lock.name,
+                self.label,
+                error,
+            )
+        else:
+            logger.error(
+                "acquire: lock %r for %s failed (%s); not running (fail_closed)",
+                lock.name,
+                self.label,
+                error,
+            )
+
+    def _redis_failed(
+        self, error: Exception, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if self._policy() == "fail_open":
+            self._log_redis_error(error, lock, opened=True)
+            return self.func(*args, **kwargs)
+        self._log_redis_error(error, lock, opened=False)
+        if _request_of(args) is not None:
+            return _response(
+                get_config().view_redis_error_status,
+                "The lock service is unavailable. Please retry later.",
+                retry_after=1,
+            )
+        raise error
+
+    def _contended(
+        self, error: LockNotAcquired, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        logger.info("acquire: lock %r for %s is taken", lock.name, self.label)
+        if callable(self.on_contention):
+            return self.on_contention(error, *args, **kwargs)
+        if _request_of(args) is not None:
+            retry_after = max(1, math.ceil(error.retry_after or 1))
+            return _response(
+                get_config().view_contention_status,
+                "This resource is busy: another request holds its lock. Please retry later.",
+                retry_after=retry_after,
+            )
+        if self.on_contention == "skip":
+            return None
+        raise error
+
+
+def _response(status: int, text: str, *, retry_after: int) -> HttpResponse:
+    return HttpResponse(
+        text,
+        status=status,
+        content_type="text/plain; charset=utf-8",
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:
+    """The HttpRequest among a call's first arguments (a view call), else None."""
+    for value in args[:2]:
+        if isinstance(value, HttpRequest):
+            return value
+        inner = getattr(value, "_request", None)  # Django REST framework's Request
+        if isinstance(inner, HttpRequest):
+            return inner
+    return None
+
+
+def _label(func: Any) -> str:
+    module = getattr(func, "__module__", None) or "?"
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    return f"{module}.{name}"
+
+
+def _refuse_task_objects(func: Any) -> None:
+    """Task objects run their function elsewhere: the lock must wrap the function itself."""
+    kinds = []
+    for module, attribute, decorator in (
+        ("django.tasks.base", "Task", "@task"),
+        ("django_tasks.base", "Task", "@task"),
+        ("celery.app.task", "Task", "@shared_task / @app.task"),
+    ):
+        loaded = sys.modules.get(module)
+        task_class = getattr(loaded, attribute, None) if loaded is not None else None
+        if isinstance(task_class, type) and isinstance(func, task_class):
+            kinds.append(decorator)
+    if kinds:
+        raise InvalidArgumentType(
+            "func",
+            f"@redis_lock was given a task object ({func!r}); put {kinds[0]} above "
+            f"@redis_lock so the lock wraps the task's function:\n\n"
+            f"    {kinds[0].split(' ')[0]}\n    @redis_lock(...)\n    def my_task(...): ...",
+        )

@@ -1,0 +1,70 @@
+"""Django signals sent for what happens to lock and semaphore holds.
+
+Each is sent with ``sender`` = the primitive's class (:class:`Lock` or :class:`Semaphore`) and
+keyword arguments ``kind`` ("lock" or "semaphore"), ``name``, ``holder_id``, ``fence`` (the
+lock's fencing number, or the semaphore holder's ticket), ``label`` (the caller label from the
+metadata), ``reason``, ``retry_after`` and ``by``, each None where it does not apply:
+
+- ``hold_acquired``: a hold was granted.
+- ``hold_released``: its holder released it.
+- ``hold_contended``: an acquire gave up because the name was taken (``retry_after``: the
+  holder's remaining TTL in seconds); ``holder_id`` is None.
+- ``hold_lost``: a holder found its hold gone (``reason``); sent from the renewer's thread
+  when the renewer finds it.
+- ``hold_force_released``: an operator evicted a hold (``by`` names who).
+
+Receivers run synchronously in the thread where it happened; an exception in one is logged
+and does not disturb the lock operation.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+from .core.events import Event, subscribe
+from .core.lock import Lock
+from .core.semaphore import Semaphore
+
+__all__ = [
+    "hold_acquired",
+    "hold_contended",
+    "hold_force_released",
+    "hold_lost",
+    "hold_released",
+]
+
+hold_acquired = Signal()
+hold_released = Signal()
+hold_contended = Signal()
+hold_lost = Signal()
+hold_force_released = Signal()
+
+_SIGNALS = {
+    "acquired": hold_acquired,
+    "released": hold_released,
+    "contended": hold_contended,
+    "lost": hold_lost,
+    "force_released": hold_force_released,
+}
+
+
+def _send(event: Event) -> None:
+    signal = _SIGNALS[event.event]
+    if not signal.has_listeners():
+        return
+    signal.send(
+        sender=Lock if event.kind == "lock" else Semaphore,
+        kind=event.kind,
+        name=event.name,
+        holder_id=event.holder_id,
+        fence=event.fence,
+        label=event.label,
+        reason=event.reason,
+        retry_after=event.retry_after,
+        by=event.by,
+    )
+
+
+def connect() -> None:
+    """Start turning the core's events into these signals (done by the app's ``ready()``)."""
+    subscribe(_send)

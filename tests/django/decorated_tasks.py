@@ -1,0 +1,52 @@
+"""Tasks under @redis_lock for the decorator tests: Django's task framework and Celery.
+
+Django's ``@task`` (``django.tasks`` from Django 6.0, the ``django-tasks`` backport before)
+and Celery's ``@shared_task`` go above ``@redis_lock``, so the lock wraps the function that
+the worker runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, shared_task
+
+from django_redis_locks import redis_lock
+
+try:
+    from django.tasks import task
+except ImportError:  # Django < 6.0
+    from django_tasks import task  # type: ignore[no-redef]
+
+runs: list[str] = []
+
+celery_app = Celery("tests", set_as_current=True)
+celery_app.conf.update(task_always_eager=True, task_eager_propagates=True)
+
+
+@task()
+@redis_lock("rebuild:{index}", timeout=10, on_contention="skip")
+def rebuild(index: str) -> str:
+    runs.append(f"rebuild {index}")
+    return f"rebuilt {index}"
+
+
+@task()
+@redis_lock("strict:{index}", timeout=10)
+def rebuild_or_fail(index: str) -> str:
+    runs.append(f"strict {index}")
+    return f"rebuilt {index}"
+
+
+@shared_task
+@redis_lock("celery:{index}", timeout=10, on_contention="skip")
+def celery_rebuild(index: str) -> str:
+    runs.append(f"celery {index}")
+    return f"rebuilt {index}"
+
+
+@shared_task(bind=True)
+@redis_lock("celery-bound:{index}", timeout=10)
+def celery_bound(self: Any, index: str) -> str:
+    runs.append(f"celery-bound {index} {self.name}")
+    return f"rebuilt {index}"

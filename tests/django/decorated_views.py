@@ -1,0 +1,111 @@
+"""Views under @redis_lock for the decorator tests, with their URLs (``pytest.mark.urls``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
+
+from django_redis_locks import redis_lock
+
+
+class Probe:
+    """What the views saw: how many were inside at once, and a gate that keeps one inside."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.inside = 0
+        self.peak = 0
+        self.served = 0
+        self.entered = threading.Event()
+        self.gate: threading.Event | None = None  # when set: wait for it while inside
+        self.names: list[str] = []
+
+    def enter(self) -> None:
+        with self.mutex:
+            self.inside += 1
+            self.peak = max(self.peak, self.inside)
+        self.entered.set()
+
+    def leave(self) -> None:
+        with self.mutex:
+            self.inside -= 1
+            self.served += 1
+
+
+probe = Probe()
+async_gate: dict[str, asyncio.Event] = {}
+
+
+@redis_lock("order:{order_id}", timeout=10)
+def charge(request: HttpRequest, order_id: int) -> HttpResponse:
+    probe.enter()
+    if probe.gate is not None:
+        probe.gate.wait(30)
+    probe.leave()
+    return HttpResponse(f"charged {order_id}")
+
+
+@redis_lock("queue:{order_id}", timeout=10, blocking=True, blocking_timeout=60)
+def charge_in_turn(request: HttpRequest, order_id: int) -> HttpResponse:
+    probe.enter()
+    time.sleep(0.002)  # the work done under the lock
+    probe.leave()
+    return HttpResponse(f"charged {order_id}")
+
+
+@redis_lock("async-order:{order_id}", timeout=10)
+async def acharge(request: HttpRequest, order_id: int) -> HttpResponse:
+    probe.enter()
+    gate = async_gate.get("acharge")
+    if gate is not None:
+        await gate.wait()
+    probe.leave()
+    return HttpResponse(f"charged {order_id}")
+
+
+@redis_lock("report:{request.user.pk}", timeout=10)
+def report(request: HttpRequest) -> HttpResponse:
+    from django_redis_locks.inspect import list_locks
+
+    probe.names.extend(hold.name for hold in list_locks("report:").items)
+    return HttpResponse("report")
+
+
+@method_decorator(redis_lock("item:{pk}", timeout=10), name="get")
+class ItemView(View):
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        from django_redis_locks.inspect import get_lock
+
+        hold = get_lock(f"item:{pk}")
+        probe.names.append("" if hold is None else f"{hold.name} {hold.label}")
+        return HttpResponse(f"item {pk}")
+
+
+@method_decorator(redis_lock("async-item:{pk}", timeout=10), name="get")
+class AsyncItemView(View):
+    async def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        return HttpResponse(f"item {pk}")
+
+
+def _kwargs_view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+    return HttpResponse(",".join(f"{k}={v}" for k, v in sorted(kwargs.items())))
+
+
+kwargs_view = redis_lock("slug:{slug}", timeout=10)(_kwargs_view)
+
+urlpatterns = [
+    path("charge/<int:order_id>/", charge),
+    path("in-turn/<int:order_id>/", charge_in_turn),
+    path("acharge/<int:order_id>/", acharge),
+    path("report/", report),
+    path("item/<int:pk>/", ItemView.as_view()),
+    path("async-item/<int:pk>/", AsyncItemView.as_view()),
+    path("slug/<slug:slug>/", kwargs_view),
+]
