@@ -11,7 +11,7 @@ import redis
 
 from benchmarks.registry import Impl, LockAdapter, get
 
-__all__ = ["busy_wait_us", "fmt", "open_adapter", "table"]
+__all__ = ["busy_wait_us", "describe", "fmt", "label", "open_adapter", "table"]
 
 
 def open_adapter(params: dict[str, Any]) -> tuple[Impl, redis.Redis, LockAdapter]:
@@ -20,6 +20,23 @@ def open_adapter(params: dict[str, Any]) -> tuple[Impl, redis.Redis, LockAdapter
     client = redis.Redis(host=params["host"], port=params["port"], socket_timeout=30)
     adapter = impl.make(client, params["name"], params["ttl"])
     return impl, client, adapter
+
+
+def label(name: str) -> str:
+    """How tables name an implementation; stored results may name one no longer registered."""
+    try:
+        return f"{get(name).label} (`{name}`)"
+    except KeyError:
+        return f"`{name}`"
+
+
+def describe(name: str) -> tuple[str, str]:
+    """(label, how it waits) for tables; tolerant of unregistered names like :func:`label`."""
+    try:
+        impl = get(name)
+    except KeyError:
+        return f"`{name}`", ""
+    return f"{impl.label} (`{name}`)", impl.waits_by
 
 
 def busy_wait_us(microseconds: float) -> None:

@@ -20,9 +20,9 @@ from typing import Any
 from benchmarks import counting, plots
 from benchmarks.context import Context
 from benchmarks.measurements import Measurement, Verdict
-from benchmarks.measurements._common import fmt, open_adapter, table
+from benchmarks.measurements._common import describe, fmt, open_adapter, table
 from benchmarks.pool import Link
-from benchmarks.registry import BLOCK, get, select
+from benchmarks.registry import BLOCK, select
 from benchmarks.stats import median, percentile, summarize
 
 __all__ = ["MEASUREMENT", "handoff_task"]
@@ -232,11 +232,11 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
     ]
     rows = []
     for name, entry in result["impls"].items():
-        impl = get(name)
+        shown, waits_by = describe(name)
         rows.append(
             [
-                f"{impl.label} (`{name}`)",
-                impl.waits_by,
+                shown,
+                waits_by,
                 fmt(entry["p50_ms"], 2),
                 fmt(entry["p99_ms"], 2),
                 f"{fmt(entry['pooled_p99_ms'], 2)} / {fmt(entry['pooled_max_ms'], 1)}",

@@ -15,7 +15,7 @@ from typing import Any
 from benchmarks import plots
 from benchmarks.context import Context
 from benchmarks.measurements import Measurement, Verdict
-from benchmarks.measurements._common import fmt, open_adapter, table
+from benchmarks.measurements._common import fmt, label, open_adapter, table
 from benchmarks.pool import Link
 from benchmarks.registry import TRY, get, select
 from benchmarks.stats import median, ratio, spread
@@ -159,20 +159,20 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
     ]
     cmd_rows: list[list[str]] = []
     for name, by_n in result["impls"].items():
-        label = f"{get(name).label} (`{name}`)"
+        shown = label(name)
         acq_rows.append(
-            [label]
+            [shown]
             + [
                 f"{fmt(by_n[str(n)]['acquires_per_s'] * scale)} (+/-{by_n[str(n)]['spread']:.0%})"
                 for n in counts
             ]
         )
-        try_rows.append([label] + [fmt(by_n[str(n)]["tries_per_s"] * scale) for n in counts])
+        try_rows.append([shown] + [fmt(by_n[str(n)]["tries_per_s"] * scale) for n in counts])
         cmd_rows.append(
-            [label] + [fmt(by_n[str(n)]["server_commands_per_acquire"], 1) for n in counts]
+            [shown] + [fmt(by_n[str(n)]["server_commands_per_acquire"], 1) for n in counts]
         )
     ratio_rows = [
-        [f"ours / {get(peer).label}"] + [f"{by_n[str(n)]:.2f}" for n in counts]
+        [f"ours / {label(peer)}"] + [f"{by_n[str(n)]:.2f}" for n in counts]
         for peer, by_n in result["ours_vs_peer"].items()
     ]
     fig, ax = plots.new_figure()

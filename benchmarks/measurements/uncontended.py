@@ -9,6 +9,7 @@ median over repetitions.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,9 @@ import redis
 from benchmarks import counting, plots
 from benchmarks.context import Context
 from benchmarks.measurements import Measurement, Verdict
-from benchmarks.measurements._common import fmt, open_adapter, table
+from benchmarks.measurements._common import fmt, label, open_adapter, table
 from benchmarks.pool import Link
-from benchmarks.registry import CYCLE, LockAdapter, get, select
+from benchmarks.registry import CYCLE, LockAdapter, select
 from benchmarks.server import CommandStats
 from benchmarks.stats import median, ratio, spread, summarize
 
@@ -169,15 +170,15 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
     for name, entry in impls.items():
         rows.append(
             [
-                f"{get(name).label} (`{name}`)",
+                label(name),
                 fmt(entry["p50_us"], 1),
                 fmt(entry["p99_us"], 1),
                 fmt(entry.get("x_floor", float("nan")), 2),
                 fmt(entry.get("x_ping2", float("nan")), 2),
                 f"+/-{entry['p50_spread']:.0%}",
-                fmt(entry["sent_per_cycle"], 0),
-                fmt(entry["server_commands_per_cycle"], 0),
-                fmt(entry["server_us_per_cycle"], 1),
+                fmt(entry.get("sent_per_cycle", math.nan), 0),
+                fmt(entry.get("server_commands_per_cycle", math.nan), 0),
+                fmt(entry.get("server_us_per_cycle", math.nan), 1),
             ]
         )
     fig, ax = plots.new_figure()
