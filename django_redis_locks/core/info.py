@@ -22,8 +22,9 @@ class HolderInfo:
 
     ``holder_id`` names the hold without revealing its token (pass it to ``force_release``).
     ``host``, ``pid``, ``thread``, ``task`` and ``label`` come from ``metadata``, which holds
-    everything the holder recorded. Times are the Redis server's, in UTC. ``fence`` is the
-    lock's fencing number; ``ticket`` the semaphore holder's place in arrival order.
+    everything the holder recorded. Times are the Redis server's, in UTC.
+    ``fence`` is the lock's fencing number; ``ticket`` the semaphore holder's place in arrival
+    order. Records compare by value and hash by (kind, name, holder id).
     """
 
     name: str
@@ -35,6 +36,9 @@ class HolderInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
     fence: int | None = None
     ticket: int | None = None
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.name, self.holder_id))
 
     @property
     def host(self) -> str | None:
@@ -66,7 +70,7 @@ class SemaphoreInfo:
     name: str
     limit: int
     waiting: int
-    holders: list[HolderInfo]
+    holders: tuple[HolderInfo, ...]
 
     @property
     def count(self) -> int:
@@ -74,7 +78,7 @@ class SemaphoreInfo:
 
     @classmethod
     def empty(cls, name: str, limit: int) -> SemaphoreInfo:
-        return cls(name=name, limit=limit, waiting=0, holders=[])
+        return cls(name=name, limit=limit, waiting=0, holders=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +131,7 @@ def parse_semaphore(name: str, entry: Sequence[Any], now_ms: int) -> SemaphoreIn
         name=name,
         limit=int(limit),
         waiting=int(waiting),
-        holders=[
+        holders=tuple(
             HolderInfo(
                 name=name,
                 kind="semaphore",
@@ -139,5 +143,5 @@ def parse_semaphore(name: str, entry: Sequence[Any], now_ms: int) -> SemaphoreIn
                 ticket=int(text(ticket)),
             )
             for holder, acquired, expires, ticket, meta in holders
-        ],
+        ),
     )

@@ -2,9 +2,10 @@
 
 Every lock and semaphore is listed in its bucket's registry (see :mod:`.keys`), which the
 scripts keep current and prune. A listing walks the buckets in order, a chunk of buckets per
-round trip, then describes the page's entries with one inspection script per bucket: the
-first page of 100 among 10,000 live locks takes three round trips, whatever else the
-database holds, and never uses ``KEYS`` or ``SCAN``. Pages come in bucket order, then name
+round trip (16 first, then as many as the density seen so far says will fill the page), then
+describes the page's entries with one inspection script per bucket: the first page of 100
+among 10,000 live locks takes two round trips, whatever else the database holds, and never
+uses ``KEYS`` or ``SCAN``. Pages come in bucket order, then name
 order within a bucket (stable, not alphabetical); follow ``Page.cursor`` for the next one.
 
 Force release is checked against the holder id that a listing showed, so a newer holder of
@@ -17,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -161,6 +163,7 @@ def _list(  # noqa: PLR0917 - private, called from two places
     high = low + b"\xff"  # no UTF-8 text contains 0xff: above every name with the prefix
     found: list[tuple[int, str]] = []
     chunk = _FIRST_CHUNK
+    scanned = seen = 0  # buckets read, entries they returned: the density of the registry
     while bucket < BUCKETS and len(found) < count:
         buckets = range(bucket, min(bucket + chunk, BUCKETS))
         calls = []
@@ -178,10 +181,16 @@ def _list(  # noqa: PLR0917 - private, called from two places
             )
         pages = yield EvalMany(tuple(calls))
         for b, members in zip(buckets, pages, strict=True):
+            seen += len(members)
             for member in members:
                 if len(found) < count:
                     found.append((b, text(member).partition(":")[2]))
-        bucket, after, chunk = buckets.stop, None, BUCKETS
+        scanned += len(buckets)
+        bucket, after = buckets.stop, None
+        # Read next as many buckets as should fill the rest of the page, with a margin: a
+        # sparse registry is read to the end in one more round trip, a dense one in few.
+        missing = count - len(found)
+        chunk = BUCKETS if seen == 0 else math.ceil(missing * scanned / seen * 1.5) + 1
     described = yield from describe(backend, [name for _, name in found])
     items = [item for item in described if item is not None]
     next_cursor = _encode_cursor(*found[-1]) if len(found) == count else None

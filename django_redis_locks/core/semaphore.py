@@ -115,7 +115,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
     def holders(self) -> list[HolderInfo]:
         """The current holders, soonest to expire first, with their metadata."""
         backend = self.backend
-        return drive(self._info(backend), backend).holders
+        return list(drive(self._info(backend), backend).holders)
 
     async def arefresh(self) -> float:
         """Asyncio twin of :meth:`refresh`."""
@@ -137,7 +137,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
     async def aholders(self) -> list[HolderInfo]:
         """Asyncio twin of :meth:`holders`."""
         backend = self.backend
-        return (await adrive(self._info(backend), backend)).holders
+        return list((await adrive(self._info(backend), backend)).holders)
 
     # -- hooks -----------------------------------------------------------------------------
     def _make_keys(self, backend: Backend) -> SemaphoreKeys:
