@@ -18,6 +18,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_redis_locks",
+    "tests.testapp",  # semaphore-limited management commands for the command tests
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

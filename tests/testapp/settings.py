@@ -1,0 +1,32 @@
+"""Settings of the test project (``python -m tests.testapp``): Redis and namespace from the
+environment.
+
+``DRL_TEST_REDIS_URL`` and ``DRL_TEST_NAMESPACE`` are set by the test that starts the
+process; ``DRL_TEST_CACHE_BACKEND`` picks the cache backend as for the suite. Only the apps
+the commands need, so that a process starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tests.settings import redis_caches
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+INSTALLED_APPS = ["django_redis_locks", "tests.testapp"]
+DATABASES: dict[str, dict[str, str]] = {}
+
+CACHES = redis_caches(os.environ["DRL_TEST_REDIS_URL"])
+DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "NAMESPACE": os.environ["DRL_TEST_NAMESPACE"]}
+
+# Log lines the tests look for on stderr: "LOG <level> <logger>: <message>".
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "LOG %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"django_redis_locks": {"handlers": ["stderr"], "level": "WARNING"}},
+}
