@@ -17,6 +17,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "django_redis_locks",
     "tests.testapp",  # semaphore-limited management commands for the command tests
 ]
@@ -40,6 +41,7 @@ TEMPLATES = [
         },
     }
 ]
+STATIC_URL = "/static/"
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 
 # Which cache backend carries the locks in this run: "django_redis" or "django" (built-in).

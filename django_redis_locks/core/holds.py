@@ -26,6 +26,7 @@ __all__ = [
     "HOLDER_ID_LENGTH",
     "MAX_METADATA_BYTES",
     "Hold",
+    "check_holder_id",
     "current_owner",
     "holder_id",
     "holder_metadata",
@@ -51,6 +52,17 @@ def holder_id(token: str) -> str:
     so a hold can be shown, logged and named without revealing its token.
     """
     return hashlib.sha1(token.encode("utf-8"), usedforsecurity=False).hexdigest()[:HOLDER_ID_LENGTH]
+
+
+def check_holder_id(holder_id: object) -> str:
+    """Return ``holder_id`` if it looks like one (16 lowercase hex digits)."""
+    if not isinstance(holder_id, str):
+        raise InvalidArgumentType("holder_id", f"must be a str, not {type(holder_id).__name__}")
+    if len(holder_id) != HOLDER_ID_LENGTH or not all(c in "0123456789abcdef" for c in holder_id):
+        raise InvalidArgument(
+            "holder_id", f"must be {HOLDER_ID_LENGTH} lowercase hex digits (got {holder_id!r})"
+        )
+    return holder_id
 
 
 def current_owner() -> threading.Thread | asyncio.Task[Any]:

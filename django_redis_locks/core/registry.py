@@ -27,7 +27,7 @@ from .backend import Backend, backend_for_client, resolve_backend
 from .driver import Eval, EvalMany, Operation, drive
 from .errors import InvalidArgument, InvalidArgumentType
 from .events import Event, emit, listening
-from .holds import HOLDER_ID_LENGTH
+from .holds import check_holder_id
 from .info import HolderInfo, Page, SemaphoreInfo, parse_lock, parse_semaphore
 from .keys import BUCKETS, LOCK_KIND, SEMAPHORE_KIND, KeySpace
 from .replies import RELEASED, text
@@ -121,7 +121,7 @@ def force_release(
     release) is logged and passed on to event listeners.
     """
     name = check_name(name)
-    holder_id = _check_holder_id(holder_id)
+    holder_id = check_holder_id(holder_id)
     backend = _backend(using, client)
     channel = backend.keys.channel
     call: Call
@@ -265,16 +265,6 @@ def _check_count(count: object) -> int:
     if not 1 <= count <= MAX_PAGE_SIZE:
         raise InvalidArgument("count", f"must be from 1 to {MAX_PAGE_SIZE} (got {count})")
     return count
-
-
-def _check_holder_id(holder_id: object) -> str:
-    if not isinstance(holder_id, str):
-        raise InvalidArgumentType("holder_id", f"must be a str, not {type(holder_id).__name__}")
-    if len(holder_id) != HOLDER_ID_LENGTH or not all(c in "0123456789abcdef" for c in holder_id):
-        raise InvalidArgument(
-            "holder_id", f"must be {HOLDER_ID_LENGTH} lowercase hex digits (got {holder_id!r})"
-        )
-    return holder_id
 
 
 def _encode_cursor(bucket: int, name: str) -> str:
