@@ -240,7 +240,9 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
     lows = [result["impls"][n]["min_share"] * result["processes"] for n in names]
     highs = [result["impls"][n]["max_share"] * result["processes"] for n in names]
     ax.bar(xs, values, color=[plots.color_for(n) for n in names])
-    ax.vlines(list(xs), lows, highs, color="black", linewidth=2, label="min..max process x N")
+    ax.vlines(
+        list(xs), lows, highs, color="black", linewidth=2, label="slowest..busiest process x N"
+    )
     ax.set_xticks(list(xs), names, rotation=20)
     ax.set_ylabel("acquires per second (all processes)")
     ax.set_title(f"Blocking contention: {result['processes']} processes, one lock")

@@ -191,7 +191,7 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
         linestyle="--",
         marker="s",
         color=plots.color_for("book"),
-        label="book's Lua lock (2014 figures)",
+        label="the book's Lua lock (its figures)",
     )
     ax.set_xticks(counts)
     ax.set_xlabel("processes trying (non-blocking) on one lock")

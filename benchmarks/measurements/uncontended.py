@@ -182,15 +182,22 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
             ]
         )
     fig, ax = plots.new_figure()
-    names = list(impls)
-    p50 = [impls[n]["p50_us"] for n in names]
-    p99 = [impls[n]["p99_us"] for n in names]
+    names = [n for n in impls if not math.isnan(impls[n].get("x_floor", math.nan))]
+    ratios = [impls[n]["x_floor"] for n in names]
     xs = range(len(names))
-    ax.bar(xs, p50, color=[plots.color_for(n) for n in names], label="median")
-    ax.scatter(xs, p99, color="black", marker="_", s=400, label="p99", zorder=3)
+    bars = ax.bar(xs, ratios, color=[plots.color_for(n) for n in names])
+    for bar, name in zip(bars, names, strict=True):
+        ax.annotate(
+            f"{impls[name]['p50_us']:.0f} us",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    ax.axhline(FLOOR_TARGET, color="grey", linestyle="--", linewidth=1, label="target for ours")
     ax.set_xticks(list(xs), names, rotation=20)
-    ax.set_ylabel("microseconds per acquire + release")
-    ax.set_title("Uncontended cycle (one client), median of repetitions")
+    ax.set_ylabel("median cycle / floor's (same repetition)")
+    ax.set_title("Uncontended acquire + release, relative to floor (median of repetitions)")
     ax.legend()
     png = plots.save(fig, out_dir, "uncontended.png")
     lines = [
