@@ -166,6 +166,7 @@ class LiveLockAdmin(_ModelAdmin):
     def _holder(self, hold: HolderInfo, can_release: bool) -> dict[str, Any]:
         return {
             "info": hold,
+            "thread": (hold.thread or "").split(" (", 1)[0],  # without the thread ident
             "ttl_ms": int(hold.ttl * 1000),
             "release_url": self._url(
                 "release", kind=hold.kind, name=hold.name, holder=hold.holder_id

@@ -57,8 +57,15 @@ def held() -> Any:
         lock.release()
 
 
+def hid(primitive: Lock | Semaphore) -> str:
+    """The holder id of the calling thread's hold (it holds one)."""
+    holder_id = primitive.holder_id
+    assert holder_id is not None
+    return holder_id
+
+
 def release_url(lock: Lock, kind: str = "lock") -> str:
-    return f"{RELEASE}?kind={kind}&name={lock.name}&holder={lock.holder_id}"
+    return f"{RELEASE}?kind={kind}&name={lock.name}&holder={hid(lock)}"
 
 
 # -- the index and the list -------------------------------------------------------------------
@@ -80,10 +87,10 @@ def test_the_list_shows_each_hold_with_who_where_and_when(releaser: Client, held
     for shown in (
         "order:17",
         "shop.views.charge",
-        held.holder_id,
+        hid(held),
         f"pid {hold.pid}",
         str(held.fence),
-        "Force release",
+        "Release",
         'class="drl-countdown" data-ttl-ms="',
     ):
         assert shown in cells, shown
@@ -97,7 +104,7 @@ def test_semaphores_show_limit_count_waiting_and_each_holder(releaser: Client) -
     page = releaser.get(LIST, {"kind": "semaphore"}).content.decode()
     assert "2 / 3" in page
     assert page.count('data-name="imports"') == 2
-    assert first.holder_id in page and second.holder_id in page and "cron.import" in page
+    assert hid(first) in page and hid(second) in page and "cron.import" in page
     first.release()
     second.release()
 
@@ -105,7 +112,8 @@ def test_semaphores_show_limit_count_waiting_and_each_holder(releaser: Client) -
 def test_search_by_name_prefix_and_filter_by_kind(viewer: Client) -> None:
     locks = [Lock(name, timeout=60) for name in ("order:1", "order:2", "invoice:1")]
     semaphore = Semaphore("order:pool", 2, timeout=60)
-    for primitive in (*locks, semaphore):
+    primitives: list[Lock | Semaphore] = [*locks, semaphore]
+    for primitive in primitives:
         assert primitive.acquire()
     page = viewer.get(LIST, {"q": "order:"}).content.decode()
     names = re.findall(r'<tr data-name="([^"]+)"', page)
@@ -114,7 +122,7 @@ def test_search_by_name_prefix_and_filter_by_kind(viewer: Client) -> None:
     assert re.findall(r'<tr data-name="([^"]+)"', page) == ["order:pool"]
     empty = viewer.get(LIST, {"q": "nothing"}).content.decode()
     assert "No locks whose name starts with “nothing” are held right now." in empty
-    for primitive in (*locks, semaphore):
+    for primitive in primitives:
         primitive.release()
 
 
@@ -189,7 +197,7 @@ def test_anonymous_users_are_sent_to_the_login_page(held: Lock) -> None:
     for url in (LIST, release_url(held)):
         response = Client().get(url)
         assert response.status_code == 302 and "/admin/login/" in response["Location"]
-    response = Client().post(RELEASE, {"kind": "lock", "name": held.name, "holder": held.holder_id})
+    response = Client().post(RELEASE, {"kind": "lock", "name": held.name, "holder": hid(held)})
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
     assert held.owned()
 
@@ -203,9 +211,9 @@ def test_staff_without_the_view_permission_get_403_even_by_direct_url(held: Lock
 
 def test_viewers_see_no_release_link_and_cannot_release(viewer: Client, held: Lock) -> None:
     page = viewer.get(LIST).content.decode()
-    assert "order:17" in page and "Force release" not in page
+    assert "order:17" in page and "Force-release this hold" not in page
     assert viewer.get(release_url(held)).status_code == 403
-    data = {"kind": "lock", "name": held.name, "holder": held.holder_id}
+    data = {"kind": "lock", "name": held.name, "holder": hid(held)}
     assert viewer.post(RELEASE, data).status_code == 403
     assert held.owned()
 
@@ -216,7 +224,7 @@ def test_release_asks_for_confirmation_first(releaser: Client, held: Lock) -> No
     assert response.status_code == 200
     page = response.content.decode()
     assert "Are you sure you want to force-release the lock “order:17”" in page
-    assert held.holder_id in page and "shop.views.charge" in page
+    assert hid(held) in page and "shop.views.charge" in page
     assert 'type="submit" value="Yes, release it"' in page and "No, take me back" in page
     assert held.owned()  # a GET changes nothing
 
@@ -226,7 +234,7 @@ def test_release_needs_a_csrf_token(held: Lock) -> None:
     user = User.objects.create_user("csrf", password="pw", is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(codename__endswith="livelock"))
     client.force_login(user)
-    data = {"kind": "lock", "name": held.name, "holder": held.holder_id}
+    data = {"kind": "lock", "name": held.name, "holder": hid(held)}
     assert client.post(RELEASE, data).status_code == 403  # no token
     assert held.owned()
     confirm = client.get(release_url(held)).content.decode()
@@ -247,7 +255,7 @@ def test_release_evicts_exactly_the_shown_hold_audits_and_tells_the_holder(
 
     hold_force_released.connect(receive)
     try:
-        data = {"kind": "lock", "name": held.name, "holder": held.holder_id}
+        data = {"kind": "lock", "name": held.name, "holder": hid(held)}
         response = releaser.post(RELEASE, data, follow=True)
     finally:
         hold_force_released.disconnect(receive)
@@ -278,7 +286,7 @@ def test_release_evicts_exactly_the_shown_hold_audits_and_tells_the_holder(
 def test_a_newer_holder_is_never_evicted_by_a_stale_page(releaser: Client) -> None:
     old = Lock("stale", timeout=60)
     assert old.acquire()
-    shown = {"kind": "lock", "name": "stale", "holder": old.holder_id}
+    shown = {"kind": "lock", "name": "stale", "holder": hid(old)}
     old.release()
     new = Lock("stale", timeout=60)
     assert new.acquire()
@@ -293,7 +301,7 @@ def test_semaphore_holder_release_leaves_the_others(releaser: Client) -> None:
     first = Semaphore("pool", 2, timeout=60)
     second = Semaphore("pool", 2, timeout=60)
     assert first.acquire() and second.acquire()
-    data = {"kind": "semaphore", "name": "pool", "holder": first.holder_id}
+    data = {"kind": "semaphore", "name": "pool", "holder": hid(first)}
     assert "Force-release the semaphore" in releaser.get(RELEASE, data).content.decode()
     assert releaser.post(RELEASE, data).status_code == 302
     with pytest.raises(LockLost):
