@@ -21,7 +21,7 @@ __all__ = ["COUNTS", "counted", "install", "snapshot", "total", "uninstall"]
 
 COUNTS: Counter[str] = Counter()
 _PACKERS = ("HiredisRespSerializer", "PythonRespSerializer")
-_originals: dict[type, Callable[..., Any]] = {}
+_originals: dict[Any, Callable[..., Any]] = {}  # packer class -> its own pack
 
 
 def _name(args: tuple[Any, ...]) -> str:

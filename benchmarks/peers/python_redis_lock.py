@@ -6,7 +6,7 @@ import logging
 import math
 
 import redis
-import redis_lock
+import redis_lock  # type: ignore[import-untyped]
 
 from benchmarks.registry import Impl, register
 
