@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
@@ -49,6 +50,8 @@ POLICIES: tuple[Policy, ...] = ("wait", "skip", "fail")
 #: Longest argv recorded in a slot's metadata (arguments, and characters per argument).
 _MAX_ARGV_ITEMS = 32
 _MAX_ARG_CHARS = 64
+#: Name of the core's threads that clean up after an interrupted call (core.driver).
+_CLEANUP_THREAD = "drl-cleanup"
 _Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | None
 
 if TYPE_CHECKING:
@@ -122,6 +125,7 @@ class SemaphoreCommandMixin(_CommandBase):
     semaphore_holder_id: str | None = None
 
     _semaphore_released: bool | None = None  # None: not given back yet
+    _semaphore_abort_on_loss = False
     _semaphore_command: str | None = None
     _semaphore_argv: list[str] | None = None
     _semaphore_guard: _SignalGuard | None = None
@@ -177,6 +181,7 @@ class SemaphoreCommandMixin(_CommandBase):
         """Take a slot, run the command, give the slot back (also on errors and signals)."""
         self._semaphore_output(options)
         config = self.semaphore_config(options)
+        self._semaphore_abort_on_loss = config.abort_on_loss
         label = self.semaphore_label()
         self.semaphore_lost = threading.Event()
         self.semaphore_lost_reason = None
@@ -197,7 +202,7 @@ class SemaphoreCommandMixin(_CommandBase):
         self.semaphore = semaphore
         guard = None
         if threading.current_thread() is threading.main_thread():
-            guard = _SignalGuard(label, config)
+            guard = _SignalGuard(label)
         self._semaphore_guard = guard
         try:
             if guard is not None:
@@ -223,6 +228,7 @@ class SemaphoreCommandMixin(_CommandBase):
                 if guard is not None:
                     guard.uninstall()
                     if guard.received is not None:
+                        _finish_cleanups()
                         name = signal.Signals(guard.received).name
                         given_back = "; its slot was given back" if self._semaphore_released else ""
                         self.stderr.write(f"{label}: stopped by {name}{given_back}")
@@ -322,7 +328,7 @@ class SemaphoreCommandMixin(_CommandBase):
         if acquired:
             self.semaphore_holder_id = semaphore.holder_id
             logger.info(
-                "%s: running in a slot of %r (limit %d, holder %s)",
+                "command: %s runs in a slot of %r (limit %d, holder %s)",
                 label,
                 config.name,
                 config.limit,
@@ -336,7 +342,7 @@ class SemaphoreCommandMixin(_CommandBase):
             )
         if config.policy == "fail":
             raise CommandError(f"{label}: not running: {busy}")
-        logger.info("%s: skipped: %s", label, busy)
+        logger.info("command: %s skipped: %s", label, busy)
         self.stderr.write(f"{label}: skipped: {busy}")
         return False
 
@@ -367,14 +373,16 @@ class SemaphoreCommandMixin(_CommandBase):
             pass  # lost (LockLost, reported by _semaphore_on_lost), or never taken
         except LockError as exc:
             logger.warning(
-                "%s: could not give back its slot (holder %s), which expires by its TTL: %s",
+                "command: %s could not give back its slot (holder %s); it expires by its TTL: %s",
                 label,
                 self.semaphore_holder_id,
                 exc,
             )
         else:
             self._semaphore_released = True
-            logger.info("%s: gave back its slot (holder %s)", label, self.semaphore_holder_id)
+            logger.info(
+                "command: %s gave back its slot (holder %s)", label, self.semaphore_holder_id
+            )
         finally:
             if guard is not None:
                 guard.deferring = False
@@ -387,20 +395,22 @@ class SemaphoreCommandMixin(_CommandBase):
         self.semaphore_lost_reason = reason
         self.semaphore_lost.set()
         guard = self._semaphore_guard
-        abort = guard is not None and guard.config.abort_on_loss
+        if not self._semaphore_abort_on_loss:
+            then = "another copy may run at the same time"
+        elif guard is not None:
+            then = "stopping the run"
+        else:  # not the main thread: nothing can interrupt it
+            then = "the run fails when it ends"
         logger.error(
-            "%s: LOST its slot of %r (holder %s): %s; %s",
+            "command: %s LOST its slot of %r (holder %s): %s; %s",
             label,
             semaphore.name,
             self.semaphore_holder_id,
             reason,
-            "aborting the run" if abort else "another copy may start while this one runs",
+            then,
         )
-        self.stderr.write(
-            f"{label}: lost its slot of {semaphore.name!r}: {reason}"
-            + ("; aborting" if abort else "; another copy may run at the same time")
-        )
-        if guard is not None and abort:
+        self.stderr.write(f"{label}: lost its slot of {semaphore.name!r}: {reason}; {then}")
+        if guard is not None and self._semaphore_abort_on_loss:
             guard.abort(reason)
 
     def _semaphore_lost_error(self, label: str) -> CommandError:
@@ -417,9 +427,8 @@ class _SignalGuard:
     interrupts a blocking call, and becomes CommandError there.
     """
 
-    def __init__(self, label: str, config: SemaphoreConfig) -> None:
+    def __init__(self, label: str) -> None:
         self.label = label
-        self.config = config
         self.deferring = False
         self.received: int | None = None
         self._pending: int | None = None
@@ -489,6 +498,19 @@ class _SignalGuard:
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise CommandTerminated(signum)
+
+
+def _finish_cleanups(timeout: float = 2.0) -> None:
+    """Let the clean-up of an interrupted acquire reach Redis before the process exits.
+
+    A signal that interrupts a waiting acquire makes the core leave the queue (or undo a
+    grant whose reply was not read yet) from a daemon thread, which the exit would cut short:
+    the place in the queue would hold up the copies queued behind it until its lease ran out.
+    """
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread.name == _CLEANUP_THREAD and thread is not threading.current_thread():
+            thread.join(max(deadline - time.monotonic(), 0))
 
 
 def _resolve(

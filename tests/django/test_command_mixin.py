@@ -254,7 +254,12 @@ def test_call_command_from_another_thread(backend: Backend, tmp_path: Path) -> N
 
     thread = threading.Thread(target=run, name="command-thread")
     thread.start()
-    wait_until(lambda: started(log, 1) or bool(failures), timeout=10, what="the command to run")
+    try:
+        wait_until(lambda: started(log, 1) or bool(failures), timeout=10, what="the run")
+    except BaseException:
+        gate.touch()
+        thread.join(timeout=10)
+        raise
     assert not failures
     # The slot is the thread's, and is shown as such.
     info = get_semaphore(LIMITED, client=backend)
@@ -330,10 +335,13 @@ def test_a_lost_slot_is_reported_and_the_run_goes_on(
     code, _, stderr = finish(run)
     assert code == 0, stderr  # without semaphore_abort_on_loss the run finishes
     assert (
-        "LOG ERROR django_redis_locks.commands: manage.py limited: LOST its slot of "
+        "LOG ERROR django_redis_locks.commands: command: manage.py limited LOST its slot of "
         f"'command:limited' (holder {start.holder_id}): it expired or was removed" in stderr
     )
-    assert "manage.py limited: lost its slot of 'command:limited'" in stderr
+    assert (
+        "manage.py limited: lost its slot of 'command:limited': it expired or was removed; "
+        "another copy may run at the same time" in stderr
+    )
     assert [r.kind for r in read_log(log)] == ["S", "L", "E"]
 
 
@@ -355,6 +363,7 @@ def test_with_abort_on_loss_a_lost_slot_stops_the_run(
         "CommandError: manage.py limited_abort lost its slot: it expired or was removed" in stderr
     )
     assert "LOG ERROR django_redis_locks.commands" in stderr
+    assert "manage.py limited_abort: lost its slot" in stderr and "; stopping the run" in stderr
     assert not records_of(log, "E")  # stopped before the gate opened
     assert stopped_after < 2.0
 
@@ -374,14 +383,51 @@ def test_ensure_held_in_handle_turns_a_loss_into_a_command_error(
 
     thread = threading.Thread(target=run)
     thread.start()
-    wait_until(lambda: started(log, 1), timeout=10, what="the command to run")
-    [start] = records_of(log, "S")
-    assert force_release(LIMITED, start.holder_id, kind="semaphore", client=backend)
-    gate.touch()  # the run goes on to ensure_held(), which finds the slot gone
-    thread.join(timeout=10)
+    try:
+        wait_until(lambda: started(log, 1), timeout=10, what="the command to run")
+        [start] = records_of(log, "S")
+        assert force_release(LIMITED, start.holder_id, kind="semaphore", client=backend)
+    finally:
+        gate.touch()  # the run goes on to ensure_held(), which finds the slot gone
+        thread.join(timeout=10)
     [failure] = failures
     assert isinstance(failure, CommandError)
     assert str(failure).startswith("manage.py limited lost its slot: ")
+
+
+@pytest.mark.usefixtures("locks_namespace")
+def test_abort_on_loss_outside_the_main_thread_fails_the_run_when_it_ends(
+    backend: Backend, tmp_path: Path
+) -> None:
+    log, gate = tmp_path / "runs.log", tmp_path / "gate"
+    stderr = io.StringIO()
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call_command(
+                "limited_abort", log=str(log), gate=str(gate), semaphore_timeout=1, stderr=stderr
+            )
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        wait_until(lambda: started(log, 1), timeout=10, what="the command to run")
+        [start] = records_of(log, "S")
+        assert force_release(
+            "command:limited_abort", start.holder_id, kind="semaphore", client=backend
+        )
+        wait_until(lambda: bool(records_of(log, "L")), timeout=5, what="the command to learn it")
+    finally:
+        gate.touch()  # nothing could interrupt the thread: it runs to its end
+        thread.join(timeout=10)
+    assert [r.kind for r in read_log(log)] == ["S", "L", "E"]
+    [failure] = failures
+    assert isinstance(failure, CommandError)
+    assert str(failure) == "manage.py limited_abort lost its slot: it expired or was removed"
+    assert "; the run fails when it ends" in stderr.getvalue()
 
 
 # -- options ------------------------------------------------------------------------------
