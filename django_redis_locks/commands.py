@@ -19,7 +19,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
@@ -51,7 +50,6 @@ POLICIES: tuple[Policy, ...] = ("wait", "skip", "fail")
 _MAX_ARGV_ITEMS = 32
 _MAX_ARG_CHARS = 64
 #: Name of the core's threads that clean up after an interrupted call (core.driver).
-_CLEANUP_THREAD = "drl-cleanup"
 _Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | None
 
 if TYPE_CHECKING:
@@ -228,7 +226,6 @@ class SemaphoreCommandMixin(_CommandBase):
                 if guard is not None:
                     guard.uninstall()
                     if guard.received is not None:
-                        _finish_cleanups()
                         name = signal.Signals(guard.received).name
                         given_back = "; its slot was given back" if self._semaphore_released else ""
                         self.stderr.write(f"{label}: stopped by {name}{given_back}")
@@ -498,19 +495,6 @@ class _SignalGuard:
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
         raise CommandTerminated(signum)
-
-
-def _finish_cleanups(timeout: float = 2.0) -> None:
-    """Let the clean-up of an interrupted acquire reach Redis before the process exits.
-
-    A signal that interrupts a waiting acquire makes the core leave the queue (or undo a
-    grant whose reply was not read yet) from a daemon thread, which the exit would cut short:
-    the place in the queue would hold up the copies queued behind it until its lease ran out.
-    """
-    deadline = time.monotonic() + timeout
-    for thread in threading.enumerate():
-        if thread.name == _CLEANUP_THREAD and thread is not threading.current_thread():
-            thread.join(max(deadline - time.monotonic(), 0))
 
 
 def _resolve(

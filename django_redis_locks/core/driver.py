@@ -10,8 +10,8 @@ the operation, so it can clean up (or remember a token for a retry) before the e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import threading
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -95,7 +95,9 @@ class Wait:
 
 @dataclass(frozen=True, slots=True)
 class Detach:
-    """Run a script in the background and do not wait (clean-up after a cancellation)."""
+    """Clean up after an interruption (a cancellation, Ctrl-C): run a script whatever happens
+    to the caller next. Sync callers run it at once; asyncio callers run it in a task shielded
+    from further cancellation and wait for it. Errors are logged, never raised."""
 
     call: Call
 
@@ -152,18 +154,14 @@ def _execute(effect: Effect, backend: Backend) -> Any:
         assert isinstance(effect.waiter, SyncWaiter)
         return effect.waiter.wait(effect.timeout)
     if isinstance(effect, Detach):
-        threading.Thread(
-            target=_detached, args=(backend, effect.call), name="drl-cleanup", daemon=True
-        ).start()
+        # Inline, not in a thread: a process that exits right after the interruption (a
+        # command stopped by Ctrl-C) must not lose the clean-up.
+        try:
+            run(backend.client, effect.call)
+        except RedisError as exc:
+            logger.warning("clean-up of an interrupted call failed: %s", exc)
         return None
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover
-
-
-def _detached(backend: Backend, call: Call) -> None:
-    try:
-        run(backend.client, call)
-    except RedisError as exc:
-        logger.warning("clean-up of an interrupted call failed: %s", exc)
 
 
 def _all_replies(replies: list[Any]) -> list[Any]:
@@ -248,6 +246,10 @@ async def _aexecute(effect: Effect, backend: Backend) -> Any:
         task = asyncio.get_running_loop().create_task(_adetached(backend, effect.call))
         _background.add(task)
         task.add_done_callback(_background.discard)
+        # Wait for it (the caller's cancellation is delivered afterwards); if the caller is
+        # cancelled again meanwhile, the shielded task still completes on its own.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
         return None
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover
 

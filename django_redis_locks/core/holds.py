@@ -8,6 +8,7 @@ also stamped with the process id, so after ``fork()`` a child never sees its par
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ __all__ = [
     "current_owner",
     "holder_id",
     "holder_metadata",
+    "metadata_json",
     "new_token",
 ]
 
@@ -38,6 +40,7 @@ HOLDER_ID_LENGTH = 16
 #: Largest accepted holder metadata, JSON-encoded, in bytes.
 MAX_METADATA_BYTES = 4096
 _HOST = socket.gethostname()
+_HOST_JSON = json.dumps(_HOST)
 
 
 def new_token() -> str:
@@ -104,15 +107,26 @@ def check_metadata(metadata: object) -> dict[str, Any]:
     return result
 
 
-def holder_metadata(owner: object, extra: Mapping[str, Any]) -> str:
-    """JSON text describing the holder: host, pid, thread, task and the caller's metadata."""
-    info: dict[str, Any] = {"host": _HOST, "pid": os.getpid()}
+def metadata_json(extra: Mapping[str, Any]) -> str:
+    """The caller's metadata as the JSON members that ``holder_metadata`` appends ("" if none)."""
+    if not extra:
+        return ""
+    return json.dumps(dict(extra), separators=(",", ":"), default=str)[1:-1]
+
+
+def holder_metadata(owner: object, extra_json: str) -> str:
+    """JSON text describing the holder: host, pid, thread, task, then the caller's metadata
+    (``extra_json`` from :func:`metadata_json`; its keys win over ours when they repeat)."""
     thread = threading.current_thread()
-    info["thread"] = f"{thread.name} ({thread.ident})"
+    parts = [
+        f'"host":{_HOST_JSON},"pid":{os.getpid()}',
+        f'"thread":{json.dumps(f"{thread.name} ({thread.ident})")}',
+    ]
     if isinstance(owner, asyncio.Task):
-        info["task"] = owner.get_name()
-    info.update(extra)
-    return json.dumps(info, separators=(",", ":"), default=str)
+        parts.append(f'"task":{json.dumps(owner.get_name())}')
+    if extra_json:
+        parts.append(extra_json)
+    return "{" + ",".join(parts) + "}"
 
 
 @dataclass(eq=False)
@@ -132,13 +146,23 @@ class Hold:
     keys: Any  # the primitive's keys on that backend
     pid: int = field(default_factory=os.getpid)
     lost_reason: str | None = None
-    lost_event: threading.Event = field(default_factory=threading.Event)
     on_lost: Callable[[str], None] | None = None
     release_sent: bool = False  # a release was sent; its reply may have been lost
+    renewed: bool = False  # handed to the renewer
+    _lost_event: threading.Event | None = field(default=None, repr=False)
 
-    @property
+    @functools.cached_property
     def holder_id(self) -> str:
         return holder_id(self.token)
+
+    @property
+    def lost_event(self) -> threading.Event:
+        """Set once the hold is known to be lost (made on first use)."""
+        if self._lost_event is None:
+            self._lost_event = threading.Event()
+            if self.lost_reason is not None:
+                self._lost_event.set()
+        return self._lost_event
 
     @property
     def lost(self) -> bool:
@@ -153,7 +177,8 @@ class Hold:
             if self.on_lost is not None:
                 self.on_lost(reason)
         finally:
-            self.lost_event.set()  # after the callback: whoever waits sees its effects
+            if self._lost_event is not None:  # after the callback: waiters see its effects
+                self._lost_event.set()
         return True
 
     def local_time_left(self) -> float:

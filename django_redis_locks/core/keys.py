@@ -2,9 +2,9 @@
 
 A name is hashed into one of ``BUCKETS`` buckets and the bucket number is the key's hash tag::
 
-    <ns>:{<bucket>}:lock:<name>     HASH   token, fence, acquired, expires, meta; PX expiry
-    <ns>:{<bucket>}:fence:<name>    HASH   fence (last number handed out), released
-    <ns>:{<bucket>}:wait:<name>     STRING "someone waits": release publishes only then
+    <ns>:{<bucket>}:lock:<name>     HASH   token, fence, acquired, expires, meta, released
+    <ns>:{<bucket>}:lockq:<name>    ZSET   lock queue: token -> ticket (arrival order)
+    <ns>:{<bucket>}:lockw:<name>    HASH   lock waiters: token -> lease, ttl, handoff, meta
     <ns>:{<bucket>}:sem:<name>      ZSET   semaphore holders: token -> expiry (ms)
     <ns>:{<bucket>}:semq:<name>     ZSET   semaphore queue: token -> ticket
     <ns>:{<bucket>}:semw:<name>     ZSET   semaphore waiter leases: token -> expiry (ms)
@@ -51,10 +51,15 @@ class LockKeys:
     """The keys and strings one lock's scripts need."""
 
     lock: str
-    fence: str
-    wait: str
+    queue: str
+    waiters: str
     registry: RegistryKeys
     member: str  # registry member and wake-up message: "lock:<name>"
+
+    @property
+    def all(self) -> tuple[str, str, str, str, str]:
+        """The keys of the acquire and release scripts, in script order."""
+        return (self.lock, self.queue, self.waiters, self.registry.names, self.registry.expiry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +113,8 @@ class KeySpace:
         prefix = self.prefix(bucket)
         return LockKeys(
             lock=f"{prefix}lock:{name}",
-            fence=f"{prefix}fence:{name}",
-            wait=f"{prefix}wait:{name}",
+            queue=f"{prefix}lockq:{name}",
+            waiters=f"{prefix}lockw:{name}",
             registry=self.registry(bucket),
             member=f"{LOCK_KIND}:{name}",
         )

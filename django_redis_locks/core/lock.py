@@ -13,13 +13,14 @@ from .driver import Command, Eval, EvalWait, Operation, adrive, drive
 from .errors import InvalidArgument, InvalidArgumentType, LockNotAcquired, LockNotReplicated
 from .holds import Hold
 from .keys import LockKeys
-from .primitive import LostCallback, Outcome, Primitive, Request
+from .primitive import WAITER_LEASE_SECONDS, LostCallback, Outcome, Primitive, Request
 from .scripting import Call
 from .validation import MAX_TTL_SECONDS, check_bool, check_ttl, to_millis
 
 __all__ = ["Lock"]
 
 _MAX_TTL_MS = to_millis(MAX_TTL_SECONDS)
+_LEASE_MS = to_millis(WAITER_LEASE_SECONDS)
 
 Replicas = int | Literal["majority"]
 
@@ -139,6 +140,9 @@ class Lock(Primitive[LockKeys]):
     def _renew_call(self, hold: Hold) -> Call:
         return protocol.extend_call(hold.keys, hold.token, to_millis(hold.ttl), "max", _MAX_TTL_MS)
 
+    def _handed(self, payload: str) -> replies.Acquired:
+        return protocol.decode_handoff(payload)
+
     def _probe(self, hold: Hold) -> Operation[int | None]:
         state = yield from self._state(hold.backend, hold)
         return state.ttl_ms if state.owned else None
@@ -148,7 +152,15 @@ class Lock(Primitive[LockKeys]):
     ) -> Operation[replies.Acquired | replies.Contended]:
         """The acquire script, and with wait_for_replicas the WAIT (undone if short)."""
         call = protocol.acquire_call(
-            request.keys, request.token, to_millis(request.ttl), request.metadata
+            request.keys,
+            request.token,
+            to_millis(request.ttl),
+            request.metadata,
+            queue=queue,
+            lease_ms=_LEASE_MS,
+            # A hand-over skips this waiter's WAIT: with wait_for_replicas it takes the lock
+            # itself once a release wakes it.
+            handoff=self.wait_for_replicas is None,
         )
         if self.wait_for_replicas is None:
             return protocol.decode_acquire((yield Eval(call)))

@@ -18,15 +18,16 @@ __all__ = [
     "LockState",
     "acquire_call",
     "decode_acquire",
+    "decode_handoff",
     "decode_state",
     "extend_call",
     "release_call",
     "state_call",
 ]
 
-#: How long a name's fencing counter outlives its last lock (ms). Past that, the next fence
-#: still comes out larger, from the server clock in microseconds.
-FENCE_RETENTION_MS = 24 * 3600 * 1000
+#: How long a lock's hash (its fence, its last released token) outlives the hold (ms). Past
+#: that, the next fence still comes out larger, from the server clock in microseconds.
+FENCE_RETENTION_MS = 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,25 +38,52 @@ class LockState:
     fence: int | None
 
 
-def acquire_call(keys: LockKeys, token: str, ttl_ms: int, metadata: str) -> Call:
+def acquire_call(
+    keys: LockKeys,
+    token: str,
+    ttl_ms: int,
+    metadata: str,
+    *,
+    queue: bool = False,
+    lease_ms: int = 0,
+    handoff: bool = True,
+) -> Call:
+    """Take the lock; with ``queue`` a caller that does not get it takes a place in the queue,
+    held for ``lease_ms``, and (with ``handoff``) a release may hand the lock straight to it."""
     return Call(
         load("lock_acquire"),
-        (keys.lock, keys.fence, keys.wait, keys.registry.names, keys.registry.expiry),
-        (token, ttl_ms, metadata, keys.member, FENCE_RETENTION_MS),
+        keys.all,
+        (
+            token,
+            ttl_ms,
+            metadata,
+            keys.member,
+            FENCE_RETENTION_MS,
+            "queue" if queue else "try",
+            lease_ms,
+            "1" if handoff else "0",
+        ),
     )
 
 
 def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended:
     if int(reply[0]) == 1:
         return decode_acquired(reply)
-    return Contended(holder_ttl_ms=int(reply[1]))
+    return Contended(holder_ttl_ms=int(reply[1]), position=int(reply[2]))
+
+
+def decode_handoff(payload: str) -> Acquired:
+    """The grant carried by a wake-up message: "<fence>|<ttl ms>" (see lock_release.lua)."""
+    fence, _, ttl_ms = payload.partition("|")
+    return Acquired(fence=int(fence), ttl_ms=int(ttl_ms), server_now_ms=0, retried=False)
 
 
 def release_call(keys: LockKeys, token: str, channel: str, *, forced: bool = False) -> Call:
-    """Release by the holder's ``token``; with ``forced`` the token is a holder id."""
+    """Release by the holder's ``token`` (a waiter's token: leave the queue); with ``forced``
+    the token is a holder id."""
     return Call(
         load("lock_release"),
-        (keys.lock, keys.fence, keys.wait, keys.registry.names, keys.registry.expiry),
+        keys.all,
         (token, keys.member, channel, FENCE_RETENTION_MS, "holder" if forced else "token"),
     )
 
@@ -65,7 +93,7 @@ def extend_call(keys: LockKeys, token: str, ms: int, mode: str, cap_ms: int) -> 
     return Call(
         load("lock_extend"),
         (keys.lock, keys.registry.names, keys.registry.expiry),
-        (token, ms, mode, keys.member, cap_ms),
+        (token, ms, mode, keys.member, cap_ms, FENCE_RETENTION_MS),
     )
 
 

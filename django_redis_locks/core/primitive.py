@@ -31,14 +31,31 @@ from .errors import (
     LockNotOwned,
 )
 from .events import Event, EventType, emit, listening
-from .holds import Hold, check_metadata, current_owner, holder_metadata, new_token, owner_alive
+from .holds import (
+    Hold,
+    check_metadata,
+    current_owner,
+    holder_id,
+    holder_metadata,
+    metadata_json,
+    new_token,
+    owner_alive,
+)
 from .renewer import renewer
 from .scripting import Call
 from .validation import check_bool, check_name, check_ttl, check_wait
 
-__all__ = ["Outcome", "Primitive", "Request"]
+__all__ = ["HANDOVER_MARGIN", "WAITER_LEASE_SECONDS", "Outcome", "Primitive", "Request"]
 
 logger = logging.getLogger(__name__)
+
+#: How long a blocked waiter keeps its place in a queue without coming back to ask. Waiters
+#: ask at least every ``recheck_seconds``; one that crashed or stalled longer than this loses
+#: its place (and takes a new one at the back when it asks again).
+WAITER_LEASE_SECONDS = 5.0
+#: A hold handed over by a release is taken to have started this long before its wake-up
+#: arrived, so the local expiry estimate stays on the safe side of the server's.
+HANDOVER_MARGIN = 0.05
 
 
 class _Keys(Protocol):
@@ -108,6 +125,7 @@ class Primitive(Generic[K]):
         self.blocking_timeout = check_wait(blocking_timeout)
         self.auto_renew = check_bool(auto_renew, "auto_renew")
         self.metadata = check_metadata(metadata)
+        self._metadata_json = metadata_json(self.metadata)
         if on_lost is not None and not callable(on_lost):
             raise InvalidArgumentType("on_lost", "must be callable or None")
         self.on_lost = on_lost
@@ -147,8 +165,13 @@ class Primitive(Generic[K]):
         raise NotImplementedError
 
     def _wake_message(self, request: Request[K]) -> str:
-        """The wake-up message that tells this request's waiter to try again."""
-        return request.keys.member
+        """The key under which releases wake this request's waiter: each waiter is told apart
+        by its holder id, so a release wakes only the waiter it lets in."""
+        return f"{request.keys.member}#{holder_id(request.token)}"
+
+    def _handed(self, payload: str) -> replies.Acquired:
+        """The grant a release handed over with a wake-up (see :mod:`.wakeup`)."""
+        raise NotImplementedError
 
     # -- public API: sync ------------------------------------------------------------------
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
@@ -254,8 +277,8 @@ class Primitive(Generic[K]):
             cached = self._keys = (backend.keys.namespace, self._make_keys(backend))
         return cached[1]
 
-    def _current_hold(self) -> Hold | None:
-        hold = self._holds.get(current_owner())
+    def _current_hold(self, owner: Any = None) -> Hold | None:
+        hold = self._holds.get(current_owner() if owner is None else owner)
         if hold is not None and hold.pid != os.getpid():
             return None  # the parent's hold, seen from a forked child
         return hold
@@ -284,7 +307,8 @@ class Primitive(Generic[K]):
         return LockLost(f"{self.kind} {self.name!r} was lost: {hold.lost_reason}")
 
     def _forget(self, hold: Hold) -> None:
-        renewer().remove(hold)
+        if hold.renewed:
+            renewer().remove(hold)
         owner = hold.owner()
         if owner is not None and self._holds.get(owner) is hold:
             del self._holds[owner]
@@ -327,7 +351,7 @@ class Primitive(Generic[K]):
             raise InvalidArgument("timeout", "cannot be given with blocking=False")
         wait = check_wait(timeout, "timeout") if timeout is not None else self.blocking_timeout
         owner = current_owner()
-        existing = self._current_hold()
+        existing = self._current_hold(owner)
         if existing is not None:
             if not existing.lost:
                 raise LockAlreadyHeld(
@@ -340,7 +364,7 @@ class Primitive(Generic[K]):
             owner=owner,
             token=self._pending.pop(owner, "") or new_token(),
             ttl=self.timeout if self.timeout is not None else backend.default_timeout,
-            metadata=holder_metadata(owner, self.metadata),
+            metadata=holder_metadata(owner, self._metadata_json),
         )
         return self._acquire_steps(request, blocking, wait)
 
@@ -377,7 +401,13 @@ class Primitive(Generic[K]):
                     pause = min(pause, max(holder_left, 0.001))
                 if remaining is not None:
                     pause = min(pause, remaining)
-                yield Wait(waiter, pause)
+                handed = yield Wait(waiter, pause)
+                if handed:
+                    # The release made this waiter the holder: no further round trip. Its
+                    # TTL ran from the hand-over, a moment before the wake-up arrived.
+                    received = time.monotonic() - HANDOVER_MARGIN
+                    self._grant(request, self._handed(handed), received)
+                    return Outcome(True)
         except LockBackendError:
             if attempting:
                 # The script may have run: a retry with this token will be recognised (and
@@ -410,6 +440,7 @@ class Primitive(Generic[K]):
         return request.backend.keys.channel
 
     def _grant(self, request: Request[K], result: replies.Acquired, started: float) -> None:
+        """Record the hold; ``started`` is a local time no later than the grant."""
         self_ref = weakref.ref(self)
 
         def on_lost(reason: str) -> None:
@@ -429,14 +460,21 @@ class Primitive(Generic[K]):
         )
         self._holds[request.owner] = hold
         if self.auto_renew:
+            hold.renewed = True
             renewer().add(_Renewal(self, hold))
-        logger.debug(
-            "acquire: %s %r (holder %s, fence %s)", self.kind, self.name, hold.holder_id, hold.fence
-        )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "acquire: %s %r (holder %s, fence %s)",
+                self.kind,
+                self.name,
+                hold.holder_id,
+                hold.fence,
+            )
         self._emit("acquired", hold)
 
     def _release(self, hold: Hold) -> Operation[None]:
-        renewer().remove(hold)
+        if hold.renewed:
+            renewer().remove(hold)
         if hold.lost:
             self._forget(hold)
             raise LockLost(f"{self.kind} {self.name!r} was lost: {hold.lost_reason}")
@@ -449,7 +487,8 @@ class Primitive(Generic[K]):
             # (A retry that finds nothing held: the first attempt released it, and its reply
             # was lost. Locks even recognise their own token; see lock_release.lua.)
             self._forget(hold)
-            logger.debug("release: %s %r (holder %s)", self.kind, self.name, hold.holder_id)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("release: %s %r (holder %s)", self.kind, self.name, hold.holder_id)
             self._emit("released", hold)
             return
         raise self._lost(hold, replies.loss_reason(int(code)))

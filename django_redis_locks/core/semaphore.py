@@ -22,10 +22,10 @@ from .errors import (
     SemaphoreFull,
     SemaphoreLimitMismatch,
 )
-from .holds import Hold, holder_id
+from .holds import Hold
 from .info import HolderInfo, SemaphoreInfo
 from .keys import SemaphoreKeys
-from .primitive import LostCallback, Outcome, Primitive, Request
+from .primitive import WAITER_LEASE_SECONDS, LostCallback, Outcome, Primitive, Request
 from .registry import semaphore_info_steps
 from .scripting import Call
 from .validation import to_millis
@@ -34,10 +34,6 @@ __all__ = ["MAX_LIMIT", "Semaphore"]
 
 #: Largest accepted limit.
 MAX_LIMIT = 10_000
-#: How long a blocked waiter keeps its place in the queue without coming back to ask. Waiters
-#: ask at least every ``Semaphore.recheck_seconds``; one that crashed or stalled longer than
-#: this loses its place (and takes a new one at the back when it asks again).
-WAITER_LEASE_SECONDS = 5.0
 
 
 class Semaphore(Primitive[SemaphoreKeys]):
@@ -151,10 +147,6 @@ class Semaphore(Primitive[SemaphoreKeys]):
             f"semaphore {self.name!r} has all {self.limit} slots taken{detail}",
             retry_after=outcome.retry_after,
         )
-
-    def _wake_message(self, request: Request[SemaphoreKeys]) -> str:
-        # Releases wake only the waiters the free slots admit, each by its holder id.
-        return f"{request.keys.member}#{holder_id(request.token)}"
 
     def _release_call(self, keys: SemaphoreKeys, token: str, channel: str) -> Call:
         return protocol.release_call(keys, token, channel)

@@ -1,11 +1,13 @@
 """Wake blocked waiters when a lock is released: one pub/sub connection per process and server.
 
-Release scripts publish the released member (``"lock:<name>"``) on the namespace's channel,
-but only while the name's "someone waits" flag is set, so uncontended locks publish nothing.
-In each process a single listener thread per (client, channel) subscribes once and wakes the
-local waiters of that member, sync (``threading.Event``) and asyncio alike (through
-``loop.call_soon_threadsafe``). However many callers wait, the process holds one extra
-connection per server.
+Release scripts publish, on the namespace's channel, one message per waiter that may now go
+ahead: ``"<member>#<holder id>"`` (``member`` is ``"lock:<name>"`` or ``"sem:<name>"``), with
+``"|<fence>|<ttl ms>"`` appended when the release already handed the hold to that waiter.
+Uncontended releases publish nothing. In each process a single listener thread per (client,
+channel) subscribes once and wakes the local waiter registered under that key, sync
+(``threading.Event``) and asyncio alike (through ``loop.call_soon_threadsafe``), passing the
+hand-over along. However many callers wait, the process holds one extra connection per
+server.
 
 Waiters never rely on a notification alone: each wait is bounded (by the holder's remaining
 TTL and a re-check interval), so a lost message costs latency, never liveness. After the
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -32,56 +35,75 @@ logger = logging.getLogger(__name__)
 _POLL_SECONDS = 1.0
 #: The listener unsubscribes and ends after this long without waiters.
 _IDLE_EXIT_SECONDS = 30.0
+#: A wake-up message carrying a hand-over: "<waiter key>|<fence or ticket>|<ttl ms>".
+_HANDOVER = re.compile(r"(.*#[0-9a-f]{16})\|(\d+\|\d+)", re.DOTALL)
+
+
+def split_message(data: str) -> tuple[str, str]:
+    """(waiter key, hand-over payload or "") of a wake-up message."""
+    match = _HANDOVER.fullmatch(data)
+    return (match[1], match[2]) if match else (data, "")
 
 
 class SyncWaiter:
-    """A thread's registration for wake-ups of one member."""
+    """A thread's registration for wake-ups under one key."""
 
-    __slots__ = ("_event", "hub", "member")
+    __slots__ = ("_event", "_payload", "hub", "member")
 
     def __init__(self, hub: WakeupHub, member: str) -> None:
         self.hub = hub
         self.member = member
         self._event = threading.Event()
+        self._payload = ""
 
-    def wake(self) -> None:
+    def wake(self, payload: str = "") -> None:
+        if payload:
+            self._payload = payload
         self._event.set()
 
-    def wait(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds; True if woken. Consumes the wake-up."""
-        woken = self._event.wait(max(timeout, 0.0))
+    def wait(self, timeout: float) -> str | None:
+        """Block up to ``timeout`` seconds. None if not woken, else the hand-over payload ("" for
+        a plain wake-up). Consumes the wake-up."""
+        if not self._event.wait(max(timeout, 0.0)):
+            return None
         self._event.clear()
-        return woken
+        payload, self._payload = self._payload, ""
+        return payload
 
     def close(self) -> None:
         self.hub.unregister(self)
 
 
 class AsyncWaiter:
-    """An asyncio task's registration for wake-ups of one member."""
+    """An asyncio task's registration for wake-ups under one key."""
 
-    __slots__ = ("_event", "_loop", "hub", "member")
+    __slots__ = ("_event", "_loop", "_payload", "hub", "member")
 
     def __init__(self, hub: WakeupHub, member: str) -> None:
         self.hub = hub
         self.member = member
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
+        self._payload = ""
 
-    def wake(self) -> None:
+    def wake(self, payload: str = "") -> None:
+        if payload:
+            self._payload = payload  # read by wait() after the event is set, on the loop
         with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting any more
             self._loop.call_soon_threadsafe(self._event.set)
 
-    async def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds; True if woken. Consumes the wake-up."""
+    async def wait(self, timeout: float) -> str | None:
+        """Wait up to ``timeout`` seconds. None if not woken, else the hand-over payload ("" for
+        a plain wake-up). Consumes the wake-up."""
         try:
             async with asyncio.timeout(max(timeout, 0.0)):
                 await self._event.wait()
         except TimeoutError:
-            return False
+            return None
         finally:
             self._event.clear()
-        return True
+        payload, self._payload = self._payload, ""
+        return payload
 
     def close(self) -> None:
         self.hub.unregister(self)
@@ -202,7 +224,8 @@ class WakeupHub:
                         self._wake_all()
                 elif message["type"] == "message":
                     data = message["data"]
-                    self._wake(data.decode("utf-8") if isinstance(data, bytes) else str(data))
+                    text = data.decode("utf-8") if isinstance(data, bytes) else str(data)
+                    self._wake(*split_message(text))
         finally:
             _close(pubsub)
 
@@ -214,11 +237,11 @@ class WakeupHub:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, future)
 
-    def _wake(self, member: str) -> None:
+    def _wake(self, member: str, payload: str = "") -> None:
         with self._mutex:
             waiters = list(self._waiters.get(member, ()))
         for waiter in waiters:
-            waiter.wake()
+            waiter.wake(payload)
 
     def _wake_all(self) -> None:
         with self._mutex:

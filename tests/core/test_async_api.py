@@ -13,6 +13,7 @@ import redis
 
 from django_redis_locks import Lock, LockLost, LockNotAcquired, LockNotOwned
 from django_redis_locks.core import Backend
+from tests.harness.servers import hub_has_waiter
 
 SYNC_TWINS = ["acquire", "release", "extend", "locked", "owned", "ensure_held"]
 
@@ -116,12 +117,12 @@ def test_blocking_acquire_can_be_cancelled(aclient, namespace) -> None:
         task = asyncio.create_task(waiter.aacquire(timeout=30))
         member = holder._keys_for(backend).member
         async with asyncio.timeout(5):  # until the waiter is blocked on a wake-up
-            while not backend.hub()._waiters.get(member):
+            while not hub_has_waiter(backend, member):
                 await asyncio.sleep(0.005)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert not backend.hub()._waiters.get(member), "the cancelled waiter is still registered"
+        assert not hub_has_waiter(backend, member), "the cancelled waiter is still registered"
         await holder.arelease()
         return await waiter.aacquire(blocking=False)
 

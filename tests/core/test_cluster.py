@@ -14,7 +14,7 @@ from redis.crc import key_slot
 
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
-from tests.harness.servers import wait_until
+from tests.harness.servers import hub_has_waiter, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -42,7 +42,7 @@ def test_every_script_over_1000_random_names(cluster_backend: Backend) -> None:
     for name in names:
         keys = cluster_backend.keys.lock(name)
         sem_keys = cluster_backend.keys.semaphore(name)
-        every_key = (keys.lock, keys.fence, keys.wait, *sem_keys.state)
+        every_key = (keys.lock, keys.queue, keys.waiters, *sem_keys.state)
         registry = (keys.registry.names, keys.registry.expiry)
         slots = {key_slot(k.encode()) for k in every_key + registry}
         assert len(slots) == 1
@@ -79,9 +79,7 @@ def test_blocking_waiter_is_woken_on_cluster(cluster_backend: Backend) -> None:
         holder.acquire()
         held.set()
         member = holder._keys_for(cluster_backend).member
-        wait_until(
-            lambda: bool(cluster_backend.hub()._waiters.get(member)), timeout=5, what="waiter"
-        )
+        wait_until(lambda: hub_has_waiter(cluster_backend, member), timeout=5, what="waiter")
         result.append(time.perf_counter())
         holder.release()
 

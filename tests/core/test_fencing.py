@@ -36,7 +36,7 @@ def test_fence_of_a_name_is_independent_of_other_names(backend: Backend) -> None
 def test_fence_counter_wins_when_ahead_of_the_clock(backend: Backend, redis_client) -> None:
     """The counter part of max(counter + 1, server time in us)."""
     lock = Lock("ahead", client=backend, timeout=5)
-    fence_key = lock._keys_for(backend).fence
+    fence_key = lock._keys_for(backend).lock  # the fence lives in the lock hash
     far_ahead = int(time.time() * 1_000_000) + 10**12
     redis_client.hset(fence_key, "fence", far_ahead)
     with lock:

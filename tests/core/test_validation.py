@@ -132,10 +132,10 @@ def test_keys_are_one_to_one_and_bounded() -> None:
     space = KeySpace("drl")
     names = ["a", "a}", "{a", "a:lock", "lock:a", "a" * MAX_NAME_BYTES, "名", "x}:fence:y"]
     all_keys = [space.lock(n) for n in names]
-    flat = [k for keys in all_keys for k in (keys.lock, keys.fence, keys.wait)]
+    flat = [k for keys in all_keys for k in (keys.lock, keys.queue, keys.waiters)]
     assert len(set(flat)) == len(flat)
     for keys in all_keys:
-        for key in (keys.lock, keys.fence, keys.wait):
+        for key in (keys.lock, keys.queue, keys.waiters):
             assert key.startswith("drl:{")
             assert len(key.encode()) <= len("drl:{255}:fence:") + MAX_NAME_BYTES
     assert all(0 <= KeySpace.bucket(n) < BUCKETS for n in names)

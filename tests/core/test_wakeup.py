@@ -11,12 +11,12 @@ import redis
 
 from django_redis_locks import Lock
 from django_redis_locks.core import Backend
-from tests.harness.servers import wait_until
+from tests.harness.servers import hub_has_waiter, wait_until
 
 
 def waiting(backend: Backend, lock: Lock) -> bool:
     member = lock._keys_for(backend).member
-    return bool(backend.hub()._waiters.get(member))
+    return hub_has_waiter(backend, member)
 
 
 def evalsha_calls(client: redis.Redis) -> int:

@@ -18,6 +18,7 @@ from django_redis_locks import Lock, LockBackendError, LockConfigurationError
 from django_redis_locks.conf import Config, get_config
 from tests.django import factories
 from tests.harness.servers import wait_until
+from tests.helpers import held_ttl_ms, is_held
 from tests.settings import redis_caches
 
 BACKENDS = ["django_redis", "django"]
@@ -35,14 +36,16 @@ def cache_entry(url, backend, *, socket_timeout=5):
 
 
 def lock_keys(client, namespace, name):
-    """The lock keys of lock ``name`` under ``namespace`` on the server(s) of ``client``."""
+    """The keys of lock ``name`` under ``namespace`` on the server(s) of ``client`` that hold a
+    live hold."""
     suffix = f":lock:{name}".encode()
-    return [key for key in client.scan_iter(match=f"{namespace}:*") if key.endswith(suffix)]
+    keys = [key for key in client.scan_iter(match=f"{namespace}:*") if key.endswith(suffix)]
+    return [key for key in keys if is_held(client, key)]
 
 
 def pttl(client, namespace, name):
     [key] = lock_keys(client, namespace, name)
-    return client.pttl(key)
+    return held_ttl_ms(client, key)
 
 
 @pytest.fixture

@@ -686,3 +686,9 @@ class RedisCluster:
         kwargs.setdefault("socket_timeout", 5)
         nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self.startup_nodes]
         return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+
+
+def hub_has_waiter(backend: Any, member: str) -> bool:
+    """Whether the backend's wake-up listener has a waiter for ``member`` ("lock:<name>"):
+    waiters register as "<member>#<holder id>"."""
+    return any(key.rpartition("#")[0] == member for key in list(backend.hub()._waiters))

@@ -1,6 +1,6 @@
 -- lock_extend: add to, or replace, the remaining life of a lock held with the given token.
 --
--- KEYS[1]  <ns>:{b}:lock:<name>   lock hash
+-- KEYS[1]  <ns>:{b}:lock:<name>   lock hash (see lib/lock)
 -- KEYS[2]  <ns>:{b}:reg:names     registry: members in name order
 -- KEYS[3]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
 -- ARGV[1]  token
@@ -10,34 +10,32 @@
 --          "max": new life = the larger of remaining and ARGV[2] (renewals never shorten)
 -- ARGV[4]  registry member ("lock:<name>")
 -- ARGV[5]  upper bound of the new life in milliseconds
+-- ARGV[6]  retention in milliseconds: how long the fence outlives the hold
 --
 -- Reply:
 --   {1, new_ttl_ms, now_ms}  extended
---   {0}                      no lock: it expired or was removed; nothing written
+--   {0}                      no live hold: it expired or was removed; nothing written
 --   {-1}                     held with another token; nothing written
 -- @include registry
-local current = redis.call('HGET', KEYS[1], 'token')
-if not current then
-    return {0}
-end
-if current ~= ARGV[1] then
-    return {-1}
-end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires')
+if not held[1] or tonumber(held[2]) <= now_ms then
+    return {0}
+end
+if held[1] ~= ARGV[1] then
+    return {-1}
+end
+local remaining = tonumber(held[2]) - now_ms
 local ttl = tonumber(ARGV[2])
-if ARGV[3] ~= 'set' then
-    local pttl = redis.call('PTTL', KEYS[1])
-    if ARGV[3] == 'add' then
-        if pttl > 0 then ttl = ttl + pttl end
-    elseif pttl > ttl then
-        ttl = pttl
-    end
+if ARGV[3] == 'add' then
+    ttl = ttl + remaining
+elseif ARGV[3] == 'max' and remaining > ttl then
+    ttl = remaining
 end
 local cap = tonumber(ARGV[5])
 if ttl > cap then ttl = cap end
-local expires = now_ms + ttl
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', expires))
-registry_set(KEYS[2], KEYS[3], ARGV[4], expires, now_ms, false)
+redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl))
+redis.call('PEXPIRE', KEYS[1], ttl + tonumber(ARGV[6]))
+registry_set(KEYS[2], KEYS[3], ARGV[4], now_ms + ttl, now_ms, false)
 return {1, ttl, now_ms}

@@ -4,17 +4,18 @@
 --
 -- Reply:
 --   {now_ms, entry_1, ..., entry_n}, each entry
---     {}                                                          the lock is free
---     {holder_id, fence, acquired_ms, expires_ms, pttl_ms, meta}  held; holder_id is the
---                                                                 first 16 hex digits of
---                                                                 the token's SHA-1
+--     {}                                                         the lock is free
+--     {holder_id, fence, acquired_ms, expires_ms, ttl_ms, meta}  held; holder_id is the
+--                                                                first 16 hex digits of the
+--                                                                token's SHA-1
 local t = redis.call('TIME')
-local reply = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local reply = {now_ms}
 for i = 1, #KEYS do
     local v = redis.call('HMGET', KEYS[i], 'token', 'fence', 'acquired', 'expires', 'meta')
-    if v[1] then
-        reply[i + 1] = {string.sub(redis.sha1hex(v[1]), 1, 16), v[2], v[3], v[4],
-            redis.call('PTTL', KEYS[i]), v[5]}
+    local ttl = v[1] and tonumber(v[4]) - now_ms or 0
+    if ttl > 0 then
+        reply[i + 1] = {string.sub(redis.sha1hex(v[1]), 1, 16), v[2], v[3], v[4], ttl, v[5]}
     else
         reply[i + 1] = {}
     end

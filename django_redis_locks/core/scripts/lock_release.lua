@@ -1,51 +1,80 @@
--- lock_release: delete the lock if, and only if, it is held with the given token (or, for a
--- forced release, by the holder with the given id).
+-- lock_release: release the lock if, and only if, it is held with the given token (or, for a
+-- forced release, by the holder with the given id), handing it to the first live waiter; or
+-- take a waiter that gives up out of the queue.
 --
--- KEYS[1]  <ns>:{b}:lock:<name>   lock hash
--- KEYS[2]  <ns>:{b}:fence:<name>  hash: fence, released (the last token released)
--- KEYS[3]  <ns>:{b}:wait:<name>   "someone waits" flag
--- KEYS[4]  <ns>:{b}:reg:names     registry: members in name order
--- KEYS[5]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
+-- KEYS[1]  <ns>:{b}:lock:<name>    lock hash (see lib/lock)
+-- KEYS[2]  <ns>:{b}:lockq:<name>   queue: token -> ticket
+-- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> lease, ttl, handoff flag, metadata
+-- KEYS[4]  <ns>:{b}:reg:names      registry: members in name order
+-- KEYS[5]  <ns>:{b}:reg:expiry     registry: member -> expiry (ms)
 -- ARGV[1]  the holder's token, or with ARGV[5] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
--- ARGV[2]  registry member ("lock:<name>"), also the wake-up message
+-- ARGV[2]  registry member ("lock:<name>"); wake-up messages are "<member>#<holder id>",
+--          followed by "|<fence>|<ttl ms>" when the lock was handed over
 -- ARGV[3]  wake-up channel ("<ns>:wake")
--- ARGV[4]  fence retention in milliseconds
--- ARGV[5]  "token" (the holder releases) or "holder" (an operator forces the release)
+-- ARGV[4]  retention in milliseconds: how long the fence outlives the hold
+-- ARGV[5]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
 --
 -- Reply:
---    1  released (waiters, if any, were told on the channel), or this token's release had
---       already happened: a retried release whose first reply was lost
---    0  no lock: it expired or was removed; nothing written
+--    1  released, or this token's release had already happened (a retried release whose
+--       first reply was lost)
+--    2  the token was not holding but waiting: it left the queue
+--    0  no live hold: it expired or was removed; nothing written
 --   -1  held with another token (or another holder id); nothing written
 -- @include registry
-local current = redis.call('HGET', KEYS[1], 'token')
+-- @include lock
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local forced = ARGV[5] == 'holder'
+
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'released', 'fence')
+local holder = held[1]
+local live = holder and tonumber(held[2]) > now_ms
 local match
 if forced then
-    match = current and string.sub(redis.sha1hex(current), 1, 16) == ARGV[1]
+    match = live and string.sub(redis.sha1hex(holder), 1, 16) == ARGV[1]
 else
-    match = current == ARGV[1]
+    match = live and holder == ARGV[1]
 end
 if not match then
-    if not forced and redis.call('HGET', KEYS[2], 'released') == ARGV[1] then
-        return 1
+    if not forced then
+        if lock_dequeue(KEYS[2], KEYS[3], ARGV[1]) then
+            return 2
+        end
+        if held[3] == ARGV[1] then
+            return 1
+        end
     end
-    if not current then
-        return 0
+    if live then
+        return -1
     end
-    return -1
+    return 0
 end
-redis.call('DEL', KEYS[1])
+
+local head, record = lock_queue_head(KEYS[2], KEYS[3], now_ms)
+if head then
+    lock_dequeue(KEYS[2], KEYS[3], head)
+    local ttl, handoff, meta = string.match(record, '^%d+ (%d+) (%d) (.*)$')
+    local wake = ARGV[2] .. '#' .. string.sub(redis.sha1hex(head), 1, 16)
+    if handoff == '1' then
+        ttl = tonumber(ttl)
+        local fence = lock_grant(KEYS[1], head, ttl, meta, now_ms, now_us, tonumber(ARGV[4]),
+            held[4])
+        registry_set(KEYS[4], KEYS[5], ARGV[2], now_ms + ttl, now_ms, false)
+        wake = wake .. '|' .. fence .. '|' .. ttl
+    else
+        redis.call('HDEL', KEYS[1], 'token', 'expires', 'acquired', 'meta')
+        registry_remove(KEYS[4], KEYS[5], ARGV[2])
+    end
+    redis.call('PUBLISH', ARGV[3], wake)
+else
+    redis.call('HDEL', KEYS[1], 'token', 'expires', 'acquired', 'meta')
+    redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
+    registry_remove(KEYS[4], KEYS[5], ARGV[2])
+end
 if not forced then
     -- A forced release is not recorded: the evicted holder must learn it lost the lock.
-    redis.call('HSET', KEYS[2], 'released', ARGV[1])
-end
-if redis.call('PTTL', KEYS[2]) < 0 then
-    redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]))
-end
-registry_remove(KEYS[4], KEYS[5], ARGV[2])
-if redis.call('EXISTS', KEYS[3]) == 1 then
-    redis.call('PUBLISH', ARGV[3], ARGV[2])
+    redis.call('HSET', KEYS[1], 'released', ARGV[1])
 end
 return 1

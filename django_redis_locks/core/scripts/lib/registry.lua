@@ -29,11 +29,10 @@ local function registry_set(names_key, expiry_key, member, expires_ms, now_ms, o
     else
         redis.call('ZADD', expiry_key, expires_ms, member)
     end
+    -- Both keys always get the same expiry: one look at it does for the two.
     local keep = expires_ms - now_ms + REGISTRY_GRACE_MS
-    if redis.call('PTTL', names_key) < keep then
-        redis.call('PEXPIRE', names_key, keep)
-    end
     if redis.call('PTTL', expiry_key) < keep then
+        redis.call('PEXPIRE', names_key, keep)
         redis.call('PEXPIRE', expiry_key, keep)
     end
 end
