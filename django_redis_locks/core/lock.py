@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -17,8 +19,13 @@ from .primitive import WAITER_LEASE_SECONDS, LostCallback, Outcome, Primitive, R
 from .scripting import Call
 from .validation import MAX_TTL_SECONDS, check_bool, check_ttl, to_millis
 
-__all__ = ["Lock"]
+__all__ = ["DEFAULT_SLICE_SECONDS", "MAX_SLICE_SECONDS", "Lock"]
 
+#: How long the holder that got the lock may take it back while others wait (see
+#: ``slice_seconds``).
+DEFAULT_SLICE_SECONDS = 0.005
+#: Longest accepted slice.
+MAX_SLICE_SECONDS = 1.0
 _MAX_TTL_MS = to_millis(MAX_TTL_SECONDS)
 _LEASE_MS = to_millis(WAITER_LEASE_SECONDS)
 
@@ -37,6 +44,11 @@ class Lock(Primitive[LockKeys]):
     ``metadata`` (a JSON-serialisable mapping; key ``"label"`` names the caller) is stored
     with the hold for the admin page. ``on_lost(lock, reason)`` is called, from the renewer
     thread, when an auto-renewed hold turns out to be lost.
+
+    Blocked waiters are served in arrival order: a release hands the lock to the first of them.
+    ``slice_seconds`` (default 5 ms) lets the thread or task that got the lock take it back,
+    again and again, until that long after it got it, even while others wait; its first
+    release after that hands the lock on. 0 hands it on at every release.
 
     One Lock object may be shared by threads and asyncio tasks: each thread or task has its
     own hold and token, and none can release another's. Locks are not re-entrant.
@@ -59,6 +71,7 @@ class Lock(Primitive[LockKeys]):
         wait_for_replicas: Replicas | None = None,
         metadata: Mapping[str, Any] | None = None,
         on_lost: LostCallback | None = None,
+        slice_seconds: float = DEFAULT_SLICE_SECONDS,
     ) -> None:
         super().__init__(
             name,
@@ -72,6 +85,8 @@ class Lock(Primitive[LockKeys]):
             on_lost=on_lost,
         )
         self.wait_for_replicas = _check_replicas(wait_for_replicas)
+        self.slice_seconds = _check_slice(slice_seconds)
+        self._slice_ms = math.ceil(self.slice_seconds * 1000)
 
     # -- public API beyond the shared one ----------------------------------------------------
     def extend(self, seconds: float, *, replace: bool = False) -> float:
@@ -140,7 +155,7 @@ class Lock(Primitive[LockKeys]):
     def _renew_call(self, hold: Hold) -> Call:
         return protocol.extend_call(hold.keys, hold.token, to_millis(hold.ttl), "max", _MAX_TTL_MS)
 
-    def _handed(self, payload: str) -> replies.Acquired:
+    def _handed(self, payload: str) -> replies.Acquired | float:
         return protocol.decode_handoff(payload)
 
     def _probe(self, hold: Hold) -> Operation[int | None]:
@@ -161,6 +176,8 @@ class Lock(Primitive[LockKeys]):
             # A hand-over skips this waiter's WAIT: with wait_for_replicas it takes the lock
             # itself once a release wakes it.
             handoff=self.wait_for_replicas is None,
+            session=_session(request.owner),
+            slice_ms=self._slice_ms,
         )
         if self.wait_for_replicas is None:
             return protocol.decode_acquire((yield Eval(call)))
@@ -208,6 +225,23 @@ class Lock(Primitive[LockKeys]):
         if hold is not None and not state.owned:
             self._lost(hold, "it expired or was taken over")
         return state
+
+
+def _session(owner: object) -> str:
+    """Names the asking thread or task, for slices: the same for all its acquires."""
+    return f"{os.getpid()}.{id(owner):x}"
+
+
+def _check_slice(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentType(
+            "slice_seconds", f"must be a number of seconds, not {type(value).__name__}"
+        )
+    if not 0 <= value <= MAX_SLICE_SECONDS:  # also refuses NaN
+        raise InvalidArgument(
+            "slice_seconds", f"must be from 0 to {MAX_SLICE_SECONDS} seconds (got {value!r})"
+        )
+    return float(value)
 
 
 def _check_replicas(value: object) -> Replicas | None:

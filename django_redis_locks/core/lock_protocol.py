@@ -47,9 +47,12 @@ def acquire_call(
     queue: bool = False,
     lease_ms: int = 0,
     handoff: bool = True,
+    session: str = "-",
+    slice_ms: int = 0,
 ) -> Call:
     """Take the lock; with ``queue`` a caller that does not get it takes a place in the queue,
-    held for ``lease_ms``, and (with ``handoff``) a release may hand the lock straight to it."""
+    held for ``lease_ms``, and (with ``handoff``) a release may hand the lock straight to it.
+    ``session`` (no spaces) names the asking thread or task for slices of ``slice_ms``."""
     return Call(
         load("lock_acquire"),
         keys.all,
@@ -62,6 +65,8 @@ def acquire_call(
             "queue" if queue else "try",
             lease_ms,
             "1" if handoff else "0",
+            session,
+            slice_ms,
         ),
     )
 
@@ -72,10 +77,14 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended:
     return Contended(holder_ttl_ms=int(reply[1]), position=int(reply[2]))
 
 
-def decode_handoff(payload: str) -> Acquired:
-    """The grant carried by a wake-up message: "<fence>|<ttl ms>" (see lock_release.lua)."""
-    fence, _, ttl_ms = payload.partition("|")
-    return Acquired(fence=int(fence), ttl_ms=int(ttl_ms), server_now_ms=0, retried=False)
+def decode_handoff(payload: str) -> Acquired | float:
+    """What a wake-up message says (see lock_release.lua): "<fence>|<ttl ms>", the lock was
+    handed over (an Acquired); "0|<ms>", it stays kept for its holder's slice that long (the
+    seconds to wait before trying)."""
+    fence, _, number = payload.partition("|")
+    if int(fence) == 0:
+        return int(number) / 1000
+    return Acquired(fence=int(fence), ttl_ms=int(number), server_now_ms=0, retried=False)
 
 
 def release_call(keys: LockKeys, token: str, channel: str, *, forced: bool = False) -> Call:

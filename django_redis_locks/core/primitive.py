@@ -169,8 +169,9 @@ class Primitive(Generic[K]):
         by its holder id, so a release wakes only the waiter it lets in."""
         return f"{request.keys.member}#{holder_id(request.token)}"
 
-    def _handed(self, payload: str) -> replies.Acquired:
-        """The grant a release handed over with a wake-up (see :mod:`.wakeup`)."""
+    def _handed(self, payload: str) -> replies.Acquired | float:
+        """What a release said with a wake-up (see :mod:`.wakeup`): the grant it handed over,
+        or how many seconds to wait before trying again."""
         raise NotImplementedError
 
     # -- public API: sync ------------------------------------------------------------------
@@ -375,6 +376,10 @@ class Primitive(Generic[K]):
         waiter = None
         attempting = queued = False
         try:
+            if blocking and request.backend.hub().ready:
+                # The process listens already: register at once, so that a release between
+                # the first attempt and the wait cannot slip by, and no second try is needed.
+                waiter = yield Listen(self._wake_message(request), 1.0)
             while True:
                 started = time.monotonic()
                 attempting = True
@@ -401,12 +406,11 @@ class Primitive(Generic[K]):
                     pause = min(pause, max(holder_left, 0.001))
                 if remaining is not None:
                     pause = min(pause, remaining)
-                handed = yield Wait(waiter, pause)
-                if handed:
-                    # The release made this waiter the holder: no further round trip. Its
-                    # TTL ran from the hand-over, a moment before the wake-up arrived.
-                    received = time.monotonic() - HANDOVER_MARGIN
-                    self._grant(request, self._handed(handed), received)
+                handed = yield from self._wait_turn(waiter, pause, remaining)
+                if handed is not None:
+                    # The release made this waiter the holder: no further round trip. Its TTL
+                    # ran from the hand-over, a moment before the wake-up arrived.
+                    self._grant(request, handed, time.monotonic() - HANDOVER_MARGIN)
                     return Outcome(True)
         except LockBackendError:
             if attempting:
@@ -425,6 +429,21 @@ class Primitive(Generic[K]):
         finally:
             if waiter is not None:
                 waiter.close()
+
+    def _wait_turn(
+        self, waiter: Any, pause: float, remaining: float | None
+    ) -> Operation[replies.Acquired | None]:
+        """Wait for a wake-up, at most ``pause`` seconds; return the grant a release handed
+        over, or None to try again."""
+        while True:
+            said = yield Wait(waiter, pause)
+            if not said:
+                return None  # timed out, or woken to try again
+            news = self._handed(said)
+            if isinstance(news, replies.Acquired):
+                return news
+            # Kept for its holder's slice a little longer: wait that long (or for a hand-over).
+            pause = news if remaining is None else min(news, max(remaining, 0.0))
 
     def _leave_queue(self, request: Request[K]) -> Operation[None]:
         call = self._release_call(request.keys, request.token, self._channel(request))

@@ -185,6 +185,11 @@ class WakeupHub:
     def listening(self) -> bool:
         return self._thread is not None
 
+    @property
+    def ready(self) -> bool:
+        """Whether the subscription is up: a waiter registered now misses no wake-up."""
+        return self._ready.is_set()
+
     # -- listener thread -----------------------------------------------------------------
     def _run(self) -> None:
         pubsub = None

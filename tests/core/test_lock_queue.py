@@ -151,7 +151,7 @@ def test_a_waiter_handed_the_lock_while_giving_up_passes_it_on(backend: Backend)
 
 def test_a_dead_waiter_handed_the_lock_blocks_only_until_its_ttl(backend: Backend) -> None:
     keys = backend.keys.lock("orphan")
-    holder = Lock("orphan", client=backend, timeout=10)
+    holder = Lock("orphan", client=backend, timeout=10, slice_seconds=0)
     assert holder.acquire()
     # A waiter that queued with a 0.5 s TTL, then died with its place still valid.
     call = protocol.acquire_call(keys, "dead-token", 500, "{}", queue=True, lease_ms=5000)
@@ -162,3 +162,58 @@ def test_a_dead_waiter_handed_the_lock_blocks_only_until_its_ttl(backend: Backen
     assert successor.acquire(timeout=5)
     assert 0.3 < time.monotonic() - started < 1.5
     successor.release()
+
+
+def test_within_its_slice_the_holder_takes_the_lock_back_then_hands_it_on(
+    backend: Backend,
+) -> None:
+    holder = Lock("slices", client=backend, timeout=10, slice_seconds=1.0, blocking=False)
+    sliced_at = time.monotonic()
+    assert holder.acquire()
+    got: list[float] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            time.monotonic() if Lock("slices", client=backend).acquire(timeout=10) else -1
+        )
+    )
+    waiter.start()
+    wait_until(queue_of(backend, "slices", 1), timeout=5, what="queued")
+    retaken = 0
+    while (slice_left := 1.0 - (time.monotonic() - sliced_at)) > 0.5:
+        holder.release()
+        assert holder.acquire(), f"retaking within the slice failed ({slice_left:.3f} s left)"
+        retaken += 1
+    assert retaken > 0 and queued(backend, "slices") == 1
+    wait_until(lambda: time.monotonic() - sliced_at > 1.0, timeout=5, what="the slice's end")
+    released_at = time.monotonic()
+    holder.release()  # after the slice: handed to the waiter
+    assert not holder.acquire()
+    waiter.join(timeout=10)
+    assert got and got[0] >= released_at
+
+
+def test_a_slice_kept_lock_goes_to_the_waiter_when_the_slice_ends(backend: Backend) -> None:
+    holder = Lock("kept", client=backend, timeout=10, slice_seconds=0.3)
+    assert holder.acquire()
+    waiter = Lock("kept", client=backend, timeout=10)
+    result: list[float] = []
+    thread = threading.Thread(
+        target=lambda: result.append(time.monotonic() if waiter.acquire(timeout=10) else -1)
+    )
+    thread.start()
+    wait_until(queue_of(backend, "kept", 1), timeout=5, what="queued")
+    released_at = time.monotonic()
+    holder.release()  # within the slice: kept for the holder, which does not come back
+    thread.join(timeout=10)
+    assert result and 0 < result[0] - released_at < 0.3 + 0.2  # at the slice's end, not later
+
+
+def test_without_slices_every_release_hands_the_lock_on(backend: Backend) -> None:
+    holder = Lock("strict", client=backend, timeout=10, slice_seconds=0, blocking=False)
+    assert holder.acquire()
+    thread = threading.Thread(target=lambda: Lock("strict", client=backend).acquire(timeout=10))
+    thread.start()
+    wait_until(queue_of(backend, "strict", 1), timeout=5, what="queued")
+    holder.release()
+    assert not holder.acquire()  # already the waiter's
+    thread.join(timeout=10)

@@ -112,6 +112,11 @@ def test_bad_extensions_write_nothing(backend: Backend, redis_client, seconds) -
         ({"metadata": {"big": "x" * 5000}}, "metadata"),
         ({"on_lost": "not callable"}, "on_lost"),
         ({"using": 3}, "using"),
+        ({"slice_seconds": -0.001}, "slice_seconds"),
+        ({"slice_seconds": 1.5}, "slice_seconds"),
+        ({"slice_seconds": math.nan}, "slice_seconds"),
+        ({"slice_seconds": True}, "slice_seconds"),
+        ({"slice_seconds": "5ms"}, "slice_seconds"),
     ],
 )
 def test_other_bad_arguments(backend: Backend, kwargs, argument) -> None:

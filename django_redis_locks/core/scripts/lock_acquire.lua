@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  <ns>:{b}:lock:<name>    lock hash (see lib/lock)
 -- KEYS[2]  <ns>:{b}:lockq:<name>   queue: token -> ticket, arrival order of blocked waiters
--- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> lease, ttl, handoff flag, metadata
+-- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> lease, ttl, handoff, session, slice, meta
 -- KEYS[4]  <ns>:{b}:reg:names      registry: members in name order
 -- KEYS[5]  <ns>:{b}:reg:expiry     registry: member -> expiry (ms)
 -- ARGV[1]  token (random, >= 128 bits)
@@ -15,18 +15,22 @@
 -- ARGV[7]  waiter lease in milliseconds: a queued waiter that does not ask again within it
 --          loses its place
 -- ARGV[8]  "1" if a release may hand the lock straight to this waiter, else "0"
+-- ARGV[9]  session: who is asking (a process and thread or task), for slices
+-- ARGV[10] slice in milliseconds (0: none)
 --
 -- Reply:
 --   {1, fence, ttl_ms, now_ms, 0}  acquired
 --   {1, fence, ttl_ms, now_ms, 1}  already held with this very token (a retried acquire whose
 --                                  first reply was lost, or a hand-over not yet heard of):
 --                                  nothing written
---   {0, holder_ttl_ms, position}   not acquired: holder_ttl_ms is the holder's remaining life
---                                  (-1 when the lock is free but due to an earlier waiter);
---                                  position is the 1-based place in the queue (0: not queued)
+--   {0, holder_ttl_ms, position}   not acquired: holder_ttl_ms is how long the holder (or a
+--                                  slice's reservation) keeps it, -1 when it is free but due to
+--                                  an earlier waiter; position is the 1-based place in the
+--                                  queue (0: not queued)
 --
 -- Fairness: blocked waiters are served in arrival order (a release hands the lock to the
--- first of them), and nobody takes a free lock while an earlier waiter is due.
+-- first of them), and nobody takes a free lock while an earlier waiter is due, except the
+-- session whose slice is running (see lib/lock).
 -- @include registry
 -- @include lock
 local t = redis.call('TIME')
@@ -34,7 +38,8 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local token = ARGV[1]
 
-local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence')
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'session', 'slice_end',
+    'reserved')
 local holder_ttl = -1
 if held[1] then
     holder_ttl = tonumber(held[2]) - now_ms
@@ -45,21 +50,34 @@ if held[1] and holder_ttl > 0 then
     end
 else
     holder_ttl = -1
-    local head = lock_queue_head(KEYS[2], KEYS[3], now_ms)
-    if not head or head == token then
-        if head then
-            lock_dequeue(KEYS[2], KEYS[3], token)
+    local reserved = tonumber(held[6] or '0') - now_ms
+    local mine = held[4] == ARGV[9]
+    if reserved > 0 and not mine then
+        holder_ttl = reserved
+    else
+        local head = nil
+        if reserved <= 0 then
+            head = lock_queue_head(KEYS[2], KEYS[3], now_ms)
         end
-        local ttl = tonumber(ARGV[2])
-        local fence = lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, now_us, tonumber(ARGV[5]),
-            held[3])
-        registry_set(KEYS[4], KEYS[5], ARGV[4], now_ms + ttl, now_ms, false)
-        return {1, fence, ttl, now_ms, 0}
+        if not head or head == token then
+            if head then
+                lock_dequeue(KEYS[2], KEYS[3], token)
+            end
+            local slice_end = now_ms + tonumber(ARGV[10])
+            if reserved > 0 then
+                slice_end = tonumber(held[5])  -- the session's slice goes on
+            end
+            local ttl = tonumber(ARGV[2])
+            local fence = lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, now_us,
+                tonumber(ARGV[5]), held[3], ARGV[9], slice_end)
+            registry_set(KEYS[4], KEYS[5], ARGV[4], now_ms + ttl, now_ms, false)
+            return {1, fence, ttl, now_ms, 0}
+        end
     end
 end
 local position = 0
 if ARGV[6] == 'queue' then
     position = lock_enqueue(KEYS[2], KEYS[3], token, now_ms, now_us, tonumber(ARGV[7]),
-        ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
+        ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. ARGV[3])
 end
 return {0, holder_ttl, position}

@@ -10,7 +10,8 @@
 -- ARGV[1]  the holder's token, or with ARGV[5] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  registry member ("lock:<name>"); wake-up messages are "<member>#<holder id>",
---          followed by "|<fence>|<ttl ms>" when the lock was handed over
+--          followed by "|<fence>|<ttl ms>" when the lock was handed over, or by "|0|<ms>"
+--          when it stays kept for the releasing session's slice that long
 -- ARGV[3]  wake-up channel ("<ns>:wake")
 -- ARGV[4]  retention in milliseconds: how long the fence outlives the hold
 -- ARGV[5]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
@@ -28,7 +29,8 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local forced = ARGV[5] == 'holder'
 
-local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'released', 'fence')
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'released', 'fence',
+    'slice_end', 'told')
 local holder = held[1]
 local live = holder and tonumber(held[2]) > now_ms
 local match
@@ -53,14 +55,27 @@ if not match then
 end
 
 local head, record = lock_queue_head(KEYS[2], KEYS[3], now_ms)
-if head then
+local slice_left = tonumber(held[5] or '0') - now_ms
+if head and slice_left > 0 and not forced then
+    -- The releasing session's slice runs on: keep the lock for it until the slice ends, and
+    -- tell the first waiter (once per slice) when to try.
+    redis.call('HDEL', KEYS[1], 'token', 'expires', 'acquired', 'meta')
+    redis.call('HSET', KEYS[1], 'reserved', held[5])
+    registry_remove(KEYS[4], KEYS[5], ARGV[2])
+    if held[6] ~= held[5] then
+        redis.call('HSET', KEYS[1], 'told', held[5])
+        redis.call('PUBLISH', ARGV[3],
+            ARGV[2] .. '#' .. string.sub(redis.sha1hex(head), 1, 16) .. '|0|' .. slice_left)
+    end
+elseif head then
     lock_dequeue(KEYS[2], KEYS[3], head)
-    local ttl, handoff, meta = string.match(record, '^%d+ (%d+) (%d) (.*)$')
+    local ttl, handoff, session, slice, meta =
+        string.match(record, '^%d+ (%d+) (%d) (%S+) (%d+) (.*)$')
     local wake = ARGV[2] .. '#' .. string.sub(redis.sha1hex(head), 1, 16)
     if handoff == '1' then
         ttl = tonumber(ttl)
         local fence = lock_grant(KEYS[1], head, ttl, meta, now_ms, now_us, tonumber(ARGV[4]),
-            held[4])
+            held[4], session, now_ms + tonumber(slice))
         registry_set(KEYS[4], KEYS[5], ARGV[2], now_ms + ttl, now_ms, false)
         wake = wake .. '|' .. fence .. '|' .. ttl
     else

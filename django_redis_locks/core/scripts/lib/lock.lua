@@ -1,13 +1,22 @@
 -- lib/lock: shared steps of the lock scripts (``-- @include lock``). Every function takes its
 -- keys as arguments, and the including script passes KEYS entries.
 --
--- lock_key     HASH  token, fence, acquired, expires (ms, server time), meta, released, and
---                    the hold's TTL as the key's own expiry plus a retention, so that the
---                    fence (and the last released token) outlive the hold
+-- lock_key     HASH  token, fence, acquired, expires (ms, server time), meta, released;
+--                    session, slice_end: whose slice is running and until when; reserved:
+--                    until when a lock released during its holder's slice stays kept for that
+--                    holder's session; told: the slice_end the first waiter was told about.
+--                    The key expires a retention after the hold, so that the fence (and the
+--                    last released token) outlive it.
 -- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
--- waiters_key  HASH  token -> "<lease expiry ms> <ttl ms> <handoff 0|1> <metadata JSON>"
+-- waiters_key  HASH  token -> "<lease expiry ms> <ttl ms> <handoff 0|1> <session> <slice ms>
+--                    <metadata JSON>"
 --
 -- A hold is live while its token is set and ``expires`` is in the future (server time).
+--
+-- Slices: the holder that got the lock may take it back, again and again, until its slice
+-- (a few ms from that grant) ends, even while others wait; then its release hands the lock to
+-- the first waiter. This keeps a lock busy under contention instead of paying a wake-up of
+-- another process on every acquire, while no waiter waits more than a slice per holder ahead.
 
 -- The first waiter whose lease is still running, with its record; drops dead ones on the way.
 local function lock_queue_head(queue_key, waiters_key, now_ms)
@@ -45,10 +54,11 @@ local function lock_dequeue(queue_key, waiters_key, token)
     return false
 end
 
--- Make ``token`` the holder for ``ttl_ms``; return its fence: max(last + 1, server time in
--- microseconds), so fences keep increasing even when the stored one was lost. ``last`` is
--- the stored fence (nil when there is none).
-local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, now_us, retention_ms, last)
+-- Make ``token`` the holder for ``ttl_ms``, in the slice of ``session`` that ends at
+-- ``slice_end``; return its fence: max(last + 1, server time in microseconds), so fences keep
+-- increasing even when the stored one was lost. ``last`` is the stored fence (or nil).
+local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, now_us, retention_ms, last,
+                          session, slice_end)
     local fence = tonumber(last or '0') + 1
     if fence < now_us then
         fence = now_us
@@ -56,7 +66,8 @@ local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, now_us, retenti
     fence = string.format('%.0f', fence)
     redis.call('HSET', lock_key, 'token', token, 'fence', fence,
         'acquired', string.format('%.0f', now_ms), 'expires', string.format('%.0f', now_ms + ttl_ms),
-        'meta', meta)
+        'meta', meta, 'session', session, 'slice_end', string.format('%.0f', slice_end),
+        'reserved', '0')
     redis.call('PEXPIRE', lock_key, ttl_ms + retention_ms)
     return fence
 end
