@@ -155,9 +155,6 @@ class Lock(Primitive[LockKeys]):
     def _renew_call(self, hold: Hold) -> Call:
         return protocol.extend_call(hold.keys, hold.token, to_millis(hold.ttl), "max", _MAX_TTL_MS)
 
-    def _handed(self, payload: str) -> replies.Acquired | float:
-        return protocol.decode_handoff(payload)
-
     def _probe(self, hold: Hold) -> Operation[int | None]:
         state = yield from self._state(hold.backend, hold)
         return state.ttl_ms if state.owned else None

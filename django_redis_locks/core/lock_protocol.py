@@ -18,7 +18,6 @@ __all__ = [
     "LockState",
     "acquire_call",
     "decode_acquire",
-    "decode_handoff",
     "decode_state",
     "extend_call",
     "release_call",
@@ -75,16 +74,6 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended:
     if int(reply[0]) == 1:
         return decode_acquired(reply)
     return Contended(holder_ttl_ms=int(reply[1]), position=int(reply[2]))
-
-
-def decode_handoff(payload: str) -> Acquired | float:
-    """What a wake-up message says (see lock_release.lua): "<fence>|<ttl ms>", the lock was
-    handed over (an Acquired); "0|<ms>", it stays kept for its holder's slice that long (the
-    seconds to wait before trying)."""
-    fence, _, number = payload.partition("|")
-    if int(fence) == 0:
-        return int(number) / 1000
-    return Acquired(fence=int(fence), ttl_ms=int(number), server_now_ms=0, retried=False)
 
 
 def release_call(keys: LockKeys, token: str, channel: str, *, forced: bool = False) -> Call:

@@ -172,7 +172,7 @@ class Primitive(Generic[K]):
     def _handed(self, payload: str) -> replies.Acquired | float:
         """What a release said with a wake-up (see :mod:`.wakeup`): the grant it handed over,
         or how many seconds to wait before trying again."""
-        raise NotImplementedError
+        return replies.decode_handover(payload)
 
     # -- public API: sync ------------------------------------------------------------------
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:

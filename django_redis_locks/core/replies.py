@@ -12,6 +12,7 @@ __all__ = [
     "RELEASED",
     "Acquired",
     "Contended",
+    "decode_handover",
     "decode_renewal",
     "loss_reason",
     "text",
@@ -53,6 +54,16 @@ def decode_acquired(reply: Sequence[Any]) -> Acquired:
         server_now_ms=int(reply[3]),
         retried=int(reply[4]) == 1,
     )
+
+
+def decode_handover(payload: str) -> Acquired | float:
+    """What a wake-up message says (see :mod:`.wakeup`): "<fence or ticket>|<ttl ms>", the
+    hold was handed over (an Acquired); "0|<ms>", the lock stays kept for its holder's slice
+    that long (the seconds to wait before trying)."""
+    fence, _, number = payload.partition("|")
+    if int(fence) == 0:
+        return int(number) / 1000
+    return Acquired(fence=int(fence), ttl_ms=int(number), server_now_ms=0, retried=False)
 
 
 def decode_renewal(reply: Sequence[Any]) -> int | None:

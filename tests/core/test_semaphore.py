@@ -163,21 +163,39 @@ def test_ten_waiters_are_admitted_in_arrival_order(backend: Backend) -> None:
     assert order == list(range(10))
 
 
-def test_a_try_never_overtakes_a_queued_waiter(backend: Backend) -> None:
+def test_a_release_hands_the_slot_to_the_queued_waiter_not_to_a_latecomer(
+    backend: Backend,
+) -> None:
     keys = backend.keys.semaphore("overtake")
     holder = Semaphore("overtake", 1, client=backend, timeout=10)
     assert holder.acquire()
-    # A waiter that queued and has not come back yet: its place lasts 0.3 s.
+    # A waiter that queued (its place lasts 5 s) and sleeps until told.
     queued = protocol.acquire_call(
-        keys, "queued-token", 1, 10_000, "{}", queue=True, lease_ms=300, channel="unused"
+        keys, "queued-token", 1, 2_000, "{}", queue=True, lease_ms=5_000, channel="unused"
     )
     reply = protocol.decode_acquire(backend.client.evalsha(*queued.evalsha_args()))
     assert isinstance(reply, Contended) and reply.position == 1
-    holder.release()
+    holder.release()  # admits the queued waiter there and then
     latecomer = Semaphore("overtake", 1, client=backend, timeout=10, blocking=False)
-    assert not latecomer.acquire()  # the slot is free, but it is the queued waiter's turn
-    # Its place runs out when it does not come back: then the slot goes to whoever asks.
-    assert latecomer.acquire(blocking=True, timeout=5)
+    assert not latecomer.acquire()
+    [admitted] = latecomer.holders()
+    assert admitted.holder_id == holder_id("queued-token")
+    assert 1.5 < admitted.ttl <= 2.0  # the TTL the waiter asked for
+
+
+def test_a_queued_waiter_that_does_not_come_back_loses_its_place(backend: Backend) -> None:
+    keys = backend.keys.semaphore("lapsed")
+    holder = Semaphore("lapsed", 1, client=backend, timeout=10)
+    assert holder.acquire()
+    queued = protocol.acquire_call(
+        keys, "gone-token", 1, 10_000, "{}", queue=True, lease_ms=300, channel="unused"
+    )
+    backend.client.evalsha(*queued.evalsha_args())
+    assert waiting(backend, "lapsed") == 1
+    wait_until(lambda: waiting(backend, "lapsed") == 0, timeout=5, what="its lease to run out")
+    holder.release()
+    latecomer = Semaphore("lapsed", 1, client=backend, timeout=10, blocking=False)
+    assert latecomer.acquire()  # nobody queued any more: the slot is free for whoever asks
     latecomer.release()
 
 
@@ -434,3 +452,37 @@ def test_cancelled_async_waiter_leaves_the_queue(redis_server, namespace: str) -
         assert get_semaphore("cancel", client=backend) is None
 
     run_async(redis_server, namespace, scenario)
+
+
+def test_a_release_admits_the_next_waiter_without_another_round_trip(make_server) -> None:
+    server = make_server()
+    client = server.client(socket_timeout=5)
+    backend = Backend(client, namespace="handover")
+    holder = Semaphore("baton", 1, client=backend, timeout=10)
+    assert holder.acquire()
+    holder.release()  # both scripts are loaded now: no NOSCRIPT retry below
+    assert holder.acquire()
+    waiter = Semaphore("baton", 1, client=backend, timeout=10)
+    waiter.recheck_seconds = 60  # type: ignore[misc]  # no re-check during the test
+    admitted: list[object] = []
+    done = threading.Event()
+
+    def wait_for_it() -> None:
+        admitted.extend([waiter.acquire(timeout=10), waiter.holder_id])
+        done.wait(10)
+        waiter.release()
+
+    thread = threading.Thread(target=wait_for_it)
+    before = evalsha_calls(client)
+    thread.start()
+    wait_until(lambda: evalsha_calls(client) - before >= 2, timeout=5, what="its tries")
+    wait_until(queued(backend, "baton", 1), timeout=5, what="queued")
+    tries = evalsha_calls(client) - before
+    holder.release()
+    wait_until(lambda: bool(admitted), timeout=10, what="the waiter to have the slot")
+    assert evalsha_calls(client) - before == tries + 1  # the release only
+    assert admitted[0] is True
+    assert [h.holder_id for h in holder.holders()] == [admitted[1]]
+    done.set()
+    thread.join(timeout=10)
+    client.close()

@@ -11,7 +11,8 @@
 -- ARGV[2]  limit (>= 1)
 -- ARGV[3]  holder ttl in milliseconds (> 0)
 -- ARGV[4]  holder metadata (JSON text, stored as is)
--- ARGV[5]  registry member ("sem:<name>"); wake-up messages are "<member>#<holder id>"
+-- ARGV[5]  registry member ("sem:<name>"); wake-up messages are "<member>#<holder id>|
+--          <ticket>|<ttl ms>": a waiter admitted by another call (see lib/semaphore)
 -- ARGV[6]  "try": never queue; "queue": take (or keep) a place in the queue if not admitted
 -- ARGV[7]  waiter lease in milliseconds: a queued waiter that does not come back within it
 --          loses its place
@@ -28,8 +29,9 @@
 --                                    written
 --
 -- Fairness: a waiter is admitted only when fewer than the free slots are taken by waiters
--- ahead of it in ticket order, and a "try" never overtakes a queued waiter. Expired holders
--- and waiters are dropped first, so the limit holds however long a holder was paused.
+-- ahead of it in ticket order, and a "try" never overtakes a queued waiter; releases admit
+-- queued waiters themselves. Expired holders and waiters are dropped first, so the limit
+-- holds however long a holder was paused.
 -- @include registry
 -- @include semaphore
 local t = redis.call('TIME')
@@ -39,6 +41,10 @@ local token = ARGV[1]
 local limit = tonumber(ARGV[2])
 
 local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+if dropped > 0 then
+    -- Slots freed by expiry go to the queue first (possibly to this very caller).
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[8], ARGV[5], now_ms)
+end
 local mine = redis.call('ZSCORE', KEYS[1], token)
 if mine then
     local record = redis.call('HGET', KEYS[4], 'h:' .. token) or ''
@@ -67,6 +73,7 @@ if free > ahead then
         ticket = string.format('%.0f', tonumber(queued))
         redis.call('ZREM', KEYS[2], token)
         redis.call('ZREM', KEYS[3], token)
+        redis.call('HDEL', KEYS[4], 'w:' .. token)
     else
         ticket = semaphore_ticket(KEYS[4], now_us)
     end
@@ -76,9 +83,6 @@ if free > ahead then
         string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. ARGV[4])
     local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
     registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
-    if dropped > 0 then  -- slots freed by expiry may admit more waiters
-        semaphore_wake(KEYS[1], KEYS[2], KEYS[4], ARGV[8], ARGV[5])
-    end
     return {1, ticket, ttl, now_ms, 0}
 end
 
@@ -86,14 +90,12 @@ local position = 0
 if ARGV[6] == 'queue' then
     if not queued then
         redis.call('ZADD', KEYS[2], semaphore_ticket(KEYS[4], now_us), token)
+        redis.call('HSET', KEYS[4], 'w:' .. token, ARGV[3] .. ' ' .. ARGV[4])
     end
     redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[7]), token)
     position = ahead + 1
     local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
     registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
-end
-if dropped > 0 then  -- waiters ahead of this one may be admitted now
-    semaphore_wake(KEYS[1], KEYS[2], KEYS[4], ARGV[8], ARGV[5])
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local wait_ms = -1

@@ -10,11 +10,12 @@
 -- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
--- ARGV[3]  registry member ("sem:<name>"); wake-up messages are "<member>#<holder id>"
+-- ARGV[3]  registry member ("sem:<name>"); waiters admitted here are told with
+--          "<member>#<holder id>|<ticket>|<ttl ms>"
 -- ARGV[4]  wake-up channel ("<ns>:wake")
 --
 -- Reply:
---    1  the slot was released (the waiters it admits, if any, were told on the channel)
+--    1  the slot was released (and given to the next queued waiter, if any, who was told)
 --    2  the token was not holding but waiting: it left the queue
 --    0  neither holding nor waiting (expired, released before, or evicted): nothing written
 -- @include registry
@@ -40,13 +41,17 @@ if token and redis.call('ZREM', KEYS[1], token) == 1 then
     outcome = 1
 elseif token and ARGV[2] == 'token' and redis.call('ZREM', KEYS[2], token) == 1 then
     redis.call('ZREM', KEYS[3], token)
+    redis.call('HDEL', KEYS[4], 'w:' .. token)
     outcome = 2
 end
 
+if outcome + dropped > 0 then  -- a slot (or a place ahead) is free: admit who is next
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3], now_ms)
+end
 local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
 if not last then
     registry_remove(KEYS[5], KEYS[6], ARGV[3])
-elseif outcome + dropped > 0 then
-    semaphore_wake(KEYS[1], KEYS[2], KEYS[4], ARGV[4], ARGV[3])
+else
+    registry_set(KEYS[5], KEYS[6], ARGV[3], last, now_ms, true)
 end
 return outcome

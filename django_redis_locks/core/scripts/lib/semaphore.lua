@@ -5,7 +5,8 @@
 -- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
 -- leases_key   ZSET  token -> expiry (ms) of each waiter's place in the queue
 -- info_key     HASH  limit, ticket (last ticket handed out), h:<token> -> holder record
---                    "<acquired_ms> <ticket> <metadata JSON>"
+--                    "<acquired_ms> <ticket> <metadata JSON>", w:<token> -> waiter record
+--                    "<ttl_ms> <metadata JSON>" (what its grant will be)
 local SEMAPHORE_GRACE_MS = 1000
 
 -- Drop holders whose TTL ran out and waiters whose lease ran out; return how many went.
@@ -19,6 +20,7 @@ local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now
     for _, token in ipairs(left) do
         redis.call('ZREM', leases_key, token)
         redis.call('ZREM', queue_key, token)
+        redis.call('HDEL', info_key, 'w:' .. token)
     end
     return #gone + #left
 end
@@ -59,15 +61,30 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_
     return last
 end
 
--- Wake the waiters that the free slots now admit, one message each ("<member>#<holder id>"),
--- so that the rest of the queue sleeps on.
-local function semaphore_wake(holders_key, queue_key, info_key, channel, member)
+-- Admit as many queued waiters, first come first served, as there are free slots: each is
+-- made a holder here and told so in one message ("<member>#<holder id>|<ticket>|<ttl ms>"),
+-- so that it needs no further round trip. Returns how many were admitted.
+local function semaphore_admit(holders_key, queue_key, leases_key, info_key, channel, member,
+                               now_ms)
     local limit = tonumber(redis.call('HGET', info_key, 'limit') or '0')
     local free = limit - redis.call('ZCARD', holders_key)
     if free <= 0 then
-        return
+        return 0
     end
-    for _, token in ipairs(redis.call('ZRANGE', queue_key, 0, free - 1)) do
-        redis.call('PUBLISH', channel, member .. '#' .. string.sub(redis.sha1hex(token), 1, 16))
+    local first = redis.call('ZRANGE', queue_key, 0, free - 1, 'WITHSCORES')
+    for i = 1, #first, 2 do
+        local token = first[i]
+        local ticket = string.format('%.0f', tonumber(first[i + 1]))
+        local record = redis.call('HGET', info_key, 'w:' .. token) or '1 {}'
+        local ttl, meta = string.match(record, '^(%d+) (.*)$')
+        redis.call('ZREM', queue_key, token)
+        redis.call('ZREM', leases_key, token)
+        redis.call('HDEL', info_key, 'w:' .. token)
+        redis.call('ZADD', holders_key, now_ms + tonumber(ttl), token)
+        redis.call('HSET', info_key, 'h:' .. token,
+            string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. meta)
+        redis.call('PUBLISH', channel,
+            member .. '#' .. string.sub(redis.sha1hex(token), 1, 16) .. '|' .. ticket .. '|' .. ttl)
     end
+    return #first / 2
 end
