@@ -59,9 +59,8 @@ local slice_left = tonumber(held[5] or '0') - now_ms
 if head and slice_left > 0 and not forced then
     -- The releasing session's slice runs on: keep the lock for it until the slice ends, and
     -- tell the first waiter (once per slice) when to try.
-    redis.call('HDEL', KEYS[1], 'token', 'expires', 'acquired', 'meta')
-    redis.call('HSET', KEYS[1], 'reserved', held[5])
-    registry_remove(KEYS[4], KEYS[5], ARGV[2])
+    redis.call('HSET', KEYS[1], 'expires', '0', 'reserved', held[5])
+    registry_remove(KEYS[4], KEYS[5], ARGV[2], now_ms)
     if held[6] ~= held[5] then
         redis.call('HSET', KEYS[1], 'told', held[5])
         redis.call('PUBLISH', ARGV[3],
@@ -79,14 +78,19 @@ elseif head then
         registry_set(KEYS[4], KEYS[5], ARGV[2], now_ms + ttl, now_ms, false)
         wake = wake .. '|' .. fence .. '|' .. ttl
     else
-        redis.call('HDEL', KEYS[1], 'token', 'expires', 'acquired', 'meta')
-        registry_remove(KEYS[4], KEYS[5], ARGV[2])
+        redis.call('HSET', KEYS[1], 'expires', '0')
+        registry_remove(KEYS[4], KEYS[5], ARGV[2], now_ms)
     end
     redis.call('PUBLISH', ARGV[3], wake)
 else
-    redis.call('HDEL', KEYS[1], 'token', 'expires', 'acquired', 'meta')
-    redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
-    registry_remove(KEYS[4], KEYS[5], ARGV[2])
+    -- Free: the hold ends now (its fields stay until the next grant overwrites them).
+    if forced then
+        redis.call('HSET', KEYS[1], 'expires', '0')
+    else
+        redis.call('HSET', KEYS[1], 'expires', '0', 'released', ARGV[1])
+    end
+    registry_remove(KEYS[4], KEYS[5], ARGV[2], now_ms)
+    return 1
 end
 if not forced then
     -- A forced release is not recorded: the evicted holder must learn it lost the lock.

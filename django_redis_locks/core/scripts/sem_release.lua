@@ -50,7 +50,7 @@ if outcome + dropped > 0 then  -- a slot (or a place ahead) is free: admit who i
 end
 local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
 if not last then
-    registry_remove(KEYS[5], KEYS[6], ARGV[3])
+    registry_remove(KEYS[5], KEYS[6], ARGV[3], now_ms)
 else
     registry_set(KEYS[5], KEYS[6], ARGV[3], last, now_ms, true)
 end

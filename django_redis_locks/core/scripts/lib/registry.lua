@@ -6,9 +6,12 @@
 -- expiry_key  ZSET  member -> expiry (ms, server time): which entries to forget when
 -- member      "lock:<name>" or "sem:<name>"
 --
--- Both keys expire a little after the last entry they hold, and every write prunes a few
--- expired entries, so holders that crashed leave no trace.
+-- Both keys expire a little after the last entry they hold, and every new entry prunes a few
+-- expired ones, so holders that crashed leave no trace. A release only marks its entry as
+-- expired (one command, and the next acquire of the name just updates it); listings prune
+-- expired entries before they read.
 local REGISTRY_GRACE_MS = 1000
+local REGISTRY_SLACK_MS = 60000  -- extend by this much more, so that few writes need to
 local REGISTRY_PRUNE = 16
 
 -- Forget up to ``limit`` entries whose expiry has passed.
@@ -22,22 +25,25 @@ end
 
 -- List ``member`` until ``expires_ms``; with ``only_later`` an earlier expiry is ignored.
 local function registry_set(names_key, expiry_key, member, expires_ms, now_ms, only_later)
-    registry_prune(names_key, expiry_key, now_ms, REGISTRY_PRUNE)
-    redis.call('ZADD', names_key, 0, member)
+    local added
     if only_later then
-        redis.call('ZADD', expiry_key, 'GT', expires_ms, member)  -- GT still adds new members
+        added = redis.call('ZADD', expiry_key, 'GT', expires_ms, member)  -- GT still adds
     else
-        redis.call('ZADD', expiry_key, expires_ms, member)
+        added = redis.call('ZADD', expiry_key, expires_ms, member)
+    end
+    if added == 1 then  -- a new entry (an update leaves the name list as it is)
+        redis.call('ZADD', names_key, 0, member)
+        registry_prune(names_key, expiry_key, now_ms, REGISTRY_PRUNE)
     end
     -- Both keys always get the same expiry: one look at it does for the two.
     local keep = expires_ms - now_ms + REGISTRY_GRACE_MS
     if redis.call('PTTL', expiry_key) < keep then
-        redis.call('PEXPIRE', names_key, keep)
-        redis.call('PEXPIRE', expiry_key, keep)
+        redis.call('PEXPIRE', names_key, keep + REGISTRY_SLACK_MS)
+        redis.call('PEXPIRE', expiry_key, keep + REGISTRY_SLACK_MS)
     end
 end
 
-local function registry_remove(names_key, expiry_key, member)
-    redis.call('ZREM', names_key, member)
-    redis.call('ZREM', expiry_key, member)
+-- The entry of ``member`` is no longer live: mark it expired (pruned later).
+local function registry_remove(names_key, expiry_key, member, now_ms)
+    redis.call('ZADD', expiry_key, 'XX', now_ms, member)
 end
