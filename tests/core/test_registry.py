@@ -359,7 +359,7 @@ def test_a_crashed_holders_entries_disappear_without_any_listing_or_release(
         lock_hash = backend.keys.lock("import:1").lock.encode()
         return all(key == lock_hash for key in keys) and not is_held(redis_client, lock_hash)
 
-    wait_until(nothing_left_but_fences, timeout=5, what="the crashed holds' keys to expire")
+    wait_until(nothing_left_but_fences, timeout=10, what="the crashed holds' keys to expire")
     assert list_locks(client=backend).items == []
     assert list_semaphores(client=backend).items == []
 

@@ -11,7 +11,7 @@
 -- expired (one command, and the next acquire of the name just updates it); listings prune
 -- expired entries before they read.
 local REGISTRY_GRACE_MS = 1000
-local REGISTRY_SLACK_MS = 60000  -- extend by this much more, so that few writes need to
+local REGISTRY_SLACK_MS = 2000  -- extend by this much more, so that few writes need to
 local REGISTRY_PRUNE = 16
 
 -- Forget up to ``limit`` entries whose expiry has passed.
