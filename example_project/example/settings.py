@@ -20,6 +20,7 @@ ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 ROOT_URLCONF = "example.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 USE_TZ = True
+TIME_ZONE = "UTC"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
