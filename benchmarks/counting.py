@@ -5,6 +5,9 @@ its connection's command packer; :func:`install` wraps the packers' ``pack`` so 
 increments :data:`COUNTS`. The wrapper costs well under a microsecond per command, against
 tens of microseconds for the round trip; it is installed only in worker processes of the
 measurements that count, and never while the uncontended cycle is being timed.
+
+:func:`round_trips` counts round trips instead: every write of a connection (one command,
+or one whole pipeline) goes through ``send_packed_command``, which it wraps for the block.
 """
 
 from __future__ import annotations
@@ -17,7 +20,16 @@ from typing import Any
 
 from redis import connection as redis_connection
 
-__all__ = ["COUNTS", "counted", "install", "snapshot", "total", "uninstall"]
+__all__ = [
+    "COUNTS",
+    "RoundTrips",
+    "counted",
+    "install",
+    "round_trips",
+    "snapshot",
+    "total",
+    "uninstall",
+]
 
 COUNTS: Counter[str] = Counter()
 _PACKERS = ("HiredisRespSerializer", "PythonRespSerializer")
@@ -80,3 +92,29 @@ def snapshot() -> Counter[str]:
 
 def total(counts: Counter[str]) -> int:
     return sum(counts.values())
+
+
+class RoundTrips:
+    """How many times connections wrote to Redis inside a :func:`round_trips` block."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@contextlib.contextmanager
+def round_trips() -> Iterator[RoundTrips]:
+    """Count round trips (a command, or a pipeline, is one write) inside the block."""
+    cls = redis_connection.AbstractConnection
+    original: Callable[..., Any] = cls.send_packed_command
+    found = RoundTrips()
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        found.count += 1
+        return original(self, *args, **kwargs)
+
+    cls.send_packed_command = wrapper  # type: ignore[method-assign]
+    try:
+        yield found
+    finally:
+        cls.send_packed_command = original  # type: ignore[method-assign]

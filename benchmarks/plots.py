@@ -23,6 +23,14 @@ _COLORS = {
     "floor": "#7f7f7f",
     "ping2": "#bcbd22",
     "book": "#8c564b",
+    "ours-sem": "#d62728",
+    "book-fair-sem": "#8c564b",
+    "book-lua-sem": "#ff7f0e",
+    "zset-sem": "#9467bd",
+    "naive": "#1f77b4",
+    "plain": "#7f7f7f",
+    "decorated": "#d62728",
+    "lock": "#ff9896",
 }
 
 
@@ -30,10 +38,12 @@ def color_for(name: str) -> str:
     return _COLORS.get(name, "#333333")
 
 
-def new_figure(width: float = 8.0, height: float = 4.5) -> tuple[Any, Any]:
-    fig, ax = plt.subplots(figsize=(width, height), dpi=110)
-    ax.grid(True, axis="y", alpha=0.3)
-    return fig, ax
+def new_figure(width: float = 8.0, height: float = 4.5, ncols: int = 1) -> tuple[Any, Any]:
+    """A figure and its axes (a sequence of ``ncols`` axes side by side when ``ncols > 1``)."""
+    fig, axes = plt.subplots(1, ncols, figsize=(width, height), dpi=110)
+    for ax in axes if ncols > 1 else [axes]:
+        ax.grid(True, axis="y", alpha=0.3)
+    return fig, axes
 
 
 def save(fig: Any, out_dir: Path, filename: str) -> str:

@@ -5,8 +5,10 @@ An implementation is registered with :func:`register` from the module that wraps
 measurement asks for the implementations that can do what it needs (``capabilities``) and
 builds one adapter per process with :meth:`Impl.make`.
 
-Semaphores and other primitives can be added later as new ``kind`` values with their own
-adapter protocol; the lock measurements only ever select ``kind == "lock"`` or ``"floor"``.
+Semaphores are ``kind == "semaphore"``: the same adapter interface (acquire one slot,
+release it), built by :meth:`Impl.make_semaphore` with the limit as a fourth argument
+(register them with :func:`semaphore`). The lock measurements only ever select
+``kind == "lock"`` or ``"floor"``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = [
     "load_all",
     "register",
     "select",
+    "semaphore",
 ]
 
 #: Capability: one uncontended acquire + release cycle.
@@ -46,6 +49,8 @@ IMPL_MODULES = (
     "benchmarks.peers.pottery_redlock",
     "benchmarks.peers.book_lua",
     "benchmarks.peers.floors",
+    "benchmarks.peers.book_semaphores",
+    "benchmarks.peers.zset_semaphore",
 )
 
 
@@ -67,6 +72,9 @@ class LockAdapter(Protocol):
 
 #: Builds an adapter: (redis client of this process, lock name, lock TTL in seconds).
 Factory = Callable[[redis.Redis, str, float], LockAdapter]
+#: Builds a semaphore adapter (acquire and release one slot): (client, semaphore name,
+#: holder TTL in seconds, limit).
+SemaphoreFactory = Callable[[redis.Redis, str, float, int], LockAdapter]
 
 
 @dataclass(frozen=True)
@@ -75,19 +83,27 @@ class Impl:
 
     name: str
     label: str
-    kind: str  # "lock" (ours and the peers) or "floor" (reference loops, not locks)
+    kind: str  # "lock" (ours and the peers), "floor" (reference loops), or "semaphore"
     factory: Factory
     capabilities: frozenset[str] = field(default_factory=lambda: frozenset({CYCLE, TRY, BLOCK}))
     ours: bool = False
     waits_by: str = ""  # how a blocked acquire waits: "pub/sub", "BLPOP", "sleep 0.1 s", ...
     note: str = ""
+    semaphore_factory: SemaphoreFactory | None = None  # kind "semaphore" only
+    guarantees: str = ""  # what it does and does not promise (semaphores: clock, fairness)
 
     def make(self, client: redis.Redis, name: str, ttl: float) -> LockAdapter:
         return self.factory(client, name, ttl)
 
+    def make_semaphore(self, client: redis.Redis, name: str, ttl: float, limit: int) -> LockAdapter:
+        """A semaphore adapter with ``limit`` slots; TypeError for a lock or floor."""
+        if self.semaphore_factory is None:
+            raise TypeError(f"{self.name!r} is a {self.kind}, not a semaphore")
+        return self.semaphore_factory(client, name, ttl, limit)
+
     @property
     def is_peer(self) -> bool:
-        return self.kind == "lock" and not self.ours
+        return self.kind in ("lock", "semaphore") and not self.ours
 
 
 _REGISTRY: dict[str, Impl] = {}
@@ -99,6 +115,35 @@ def register(impl: Impl) -> Impl:
         raise ValueError(f"implementation {impl.name!r} is registered twice")
     _REGISTRY[impl.name] = impl
     return impl
+
+
+def _not_a_lock(client: redis.Redis, name: str, ttl: float) -> LockAdapter:
+    raise TypeError(f"{name!r}: a semaphore implementation is built with make_semaphore()")
+
+
+def semaphore(
+    name: str,
+    label: str,
+    factory: SemaphoreFactory,
+    *,
+    ours: bool = False,
+    waits_by: str = "",
+    note: str = "",
+    guarantees: str = "",
+) -> Impl:
+    """A semaphore implementation (kind ``"semaphore"``; cycles and blocking acquires)."""
+    return Impl(
+        name=name,
+        label=label,
+        kind="semaphore",
+        factory=_not_a_lock,
+        capabilities=frozenset({CYCLE, BLOCK}),
+        ours=ours,
+        waits_by=waits_by,
+        note=note,
+        semaphore_factory=factory,
+        guarantees=guarantees,
+    )
 
 
 def load_all() -> None:

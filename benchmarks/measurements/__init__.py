@@ -30,6 +30,8 @@ MODULES = (
     "benchmarks.measurements.table_11_2",
     "benchmarks.measurements.blocking",
     "benchmarks.measurements.handoff",
+    "benchmarks.measurements.semaphore",
+    "benchmarks.measurements.inspection",
 )
 
 
