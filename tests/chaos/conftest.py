@@ -1,0 +1,85 @@
+"""Fixtures of the fault-injection suite: the figures each scenario logs for CI to keep.
+
+Each test that takes the ``figures`` fixture fills a dict with what it measured, before it
+asserts its pass rule; at teardown one JSON object per scenario is appended (one per line) to
+``$DRL_ARTIFACTS/chaos-figures.json`` (default ``test-artifacts/``), with the outcome, the
+run time and the server, and the figures of the run are printed in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Generator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos.processes import Processes
+from tests.harness.servers import find_server_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("DRL_ARTIFACTS") or ROOT / "test-artifacts")
+FIGURES_FILE = ARTIFACTS / "chaos-figures.json"
+RUN_ID = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+
+_reports = pytest.StashKey[dict[str, pytest.TestReport]]()
+_written: list[dict[str, Any]] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    item.stash.setdefault(_reports, {})[report.when] = report
+    return report
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    """Start worker processes; the ones still alive at teardown are continued and killed."""
+    started = Processes()
+    yield started
+    started.close()
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """A dict for the scenario's measured figures, appended to the figures file at teardown."""
+    values: dict[str, Any] = {}
+    started = time.monotonic()
+    yield values
+    reports = request.node.stash.get(_reports, {})
+    call = reports.get("call")
+    record = {
+        "scenario": request.node.nodeid,
+        "outcome": call.outcome if call is not None else "error",
+        "seconds": round(time.monotonic() - started, 2),
+        "figures": values,
+        "run": RUN_ID,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "server": str(find_server_binary()),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with FIGURES_FILE.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
+    _written.append(record)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _written:
+        return
+    terminalreporter.section("chaos figures")
+    for record in _written:
+        terminalreporter.write_line(
+            f"{record['scenario']} [{record['outcome']}, {record['seconds']} s]: "
+            + json.dumps(record["figures"])
+        )
+    terminalreporter.write_line(f"(appended to {FIGURES_FILE})")

@@ -1,0 +1,164 @@
+"""A TCP proxy in front of a real Redis server that can withhold or delay its replies.
+
+Clients connect to the proxy; each connection gets its own upstream connection and two pump
+threads. Commands always reach the server. Replies (server to client) are forwarded, dropped
+(``drop_replies``: the server applied the command, the client never hears of it and times
+out) or delayed (``delay_replies``: each chunk is held back for a while). toxiproxy and tc
+netem are not available here; this is the small part of them the scenarios need.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Literal, Self
+
+Mode = Literal["forward", "drop", "delay"]
+_CHUNK = 65536
+
+
+class ReplyProxy:
+    """Forwards 127.0.0.1:<port> to ``upstream``; see the module docstring."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.host = "127.0.0.1"
+        self.port = 0
+        self._mode: Mode = "forward"
+        self._delay = 0.0
+        self._mutex = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._sockets: set[socket.socket] = set()
+        self._threads: list[threading.Thread] = []
+        self._stopped = threading.Event()
+        self.connections = 0
+        self.dropped_bytes = 0
+        self.delayed_chunks = 0
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def start(self) -> Self:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.host, 0))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        self._spawn(self._accept, "proxy-accept")
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every connection; wait for the pump threads."""
+        self._stopped.set()
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        with self._mutex:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _close(sock)
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    # -- what happens to replies ---------------------------------------------------------
+    def forward_replies(self) -> None:
+        self._set("forward", 0.0)
+
+    def drop_replies(self) -> None:
+        """Discard every reply from now on (commands still reach the server)."""
+        self._set("drop", 0.0)
+
+    def delay_replies(self, seconds: float) -> None:
+        """Hold back every reply chunk for ``seconds`` before passing it on."""
+        self._set("delay", seconds)
+
+    @contextlib.contextmanager
+    def withholding(self, mode: Mode = "drop", seconds: float = 0.0) -> Iterator[None]:
+        """Drop (or delay) replies inside the block, forward them again after it."""
+        self._set(mode, seconds)
+        try:
+            yield
+        finally:
+            self.forward_replies()
+
+    def _set(self, mode: Mode, delay: float) -> None:
+        with self._mutex:
+            self._mode, self._delay = mode, delay
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _spawn(self, target: object, name: str, *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)  # type: ignore[arg-type]
+        self._threads.append(thread)
+        thread.start()
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # the listener was closed
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                _close(client)
+                continue
+            server.settimeout(None)
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._mutex:
+                self._sockets.update((client, server))
+                self.connections += 1
+            self._spawn(self._pump, "proxy-request", client, server, False)
+            self._spawn(self._pump, "proxy-reply", server, client, True)
+
+    def _pump(self, source: socket.socket, target: socket.socket, replies: bool) -> None:
+        try:
+            while True:
+                data = source.recv(_CHUNK)
+                if not data:
+                    break
+                if replies:
+                    with self._mutex:
+                        mode, delay = self._mode, self._delay
+                    if mode == "drop":
+                        with self._mutex:
+                            self.dropped_bytes += len(data)
+                        continue
+                    if mode == "delay":
+                        with self._mutex:
+                            self.delayed_chunks += 1
+                        time.sleep(delay)  # the injected latency itself
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            # One side is gone: end the pair (the other pump sees its socket closed).
+            for sock in (source, target):
+                _close(sock)
+                with self._mutex:
+                    self._sockets.discard(sock)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
