@@ -68,8 +68,7 @@ class ReplyProxy:
         """Close the listener and every connection; wait for the pump threads."""
         self._stopped.set()
         if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.close()
+            _close(self._listener)  # shutdown() wakes the blocked accept(); close() does not
         with self._mutex:
             sockets = list(self._sockets)
         for sock in sockets:

@@ -1,0 +1,192 @@
+"""Scenario 6: ambiguous calls. The server applied the acquire (or release), the client timed
+out before the reply came: a retry with the same token is recognised, no phantom hold is left.
+
+The client talks to a real server through :class:`~tests.chaos.proxy.ReplyProxy`, which
+forwards every command and drops (or delays past the socket timeout) the replies while a call
+is made. The scripts are loaded through the proxy first, so the withheld reply is the one of
+the operation's own ``EVALSHA``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+from django_redis_locks.core import Backend, Lock, LockBackendError, Semaphore
+from django_redis_locks.core.holds import holder_id
+from django_redis_locks.inspect import get_lock, get_semaphore
+from tests.chaos.proxy import Mode, ReplyProxy
+from tests.helpers import is_held
+
+pytestmark = pytest.mark.chaos
+
+SOCKET_TIMEOUT = 0.5
+BOUND = SOCKET_TIMEOUT + 1.0  # one socket timeout, plus slack for a loaded 2-core machine
+DELAY = SOCKET_TIMEOUT * 3  # a delayed reply arrives well after the client gave up
+
+
+@dataclass
+class Proxied:
+    proxy: ReplyProxy
+    backend: Backend  # talks through the proxy
+    direct: redis.Redis  # talks to the server itself, for checks
+
+
+@pytest.fixture
+def proxied(make_server: Any) -> Iterator[Proxied]:
+    server = make_server()
+    with ReplyProxy(server.host, server.port) as proxy:
+        client = redis.Redis(
+            host=proxy.host,
+            port=proxy.port,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+        )
+        backend = Backend(client, namespace="ambiguous")
+        # Load the scripts through the proxy, so that no NOSCRIPT round trip is withheld.
+        warm_lock = Lock("warm-up", client=backend, timeout=5)
+        warm_semaphore = Semaphore("warm-up", 1, client=backend, timeout=5)
+        for primitive in (warm_lock, warm_semaphore):
+            assert primitive.acquire(blocking=False)
+            primitive.release()
+        with server.client(socket_timeout=5, decode_responses=True) as direct:
+            yield Proxied(proxy, backend, direct)
+        backend.close()
+        client.close()
+
+
+def withheld(proxied: Proxied, mode: Mode, call: Callable[[], object]) -> float:
+    """Run ``call`` with its reply withheld; it must fail with LockBackendError. Its duration."""
+    started = time.monotonic()
+    with proxied.proxy.withholding(mode, DELAY), pytest.raises(LockBackendError) as info:
+        call()
+    elapsed = time.monotonic() - started
+    assert isinstance(info.value.__cause__, redis.TimeoutError)
+    return elapsed
+
+
+def nothing_left(proxied: Proxied, keys: tuple[str, ...]) -> bool:
+    """None of the primitive's queue, waiter or semaphore keys exists."""
+    return not any(proxied.direct.exists(key) for key in keys)
+
+
+@pytest.mark.parametrize("mode", ["drop", "delay"])
+@pytest.mark.parametrize("blocking", [False, True], ids=["try", "blocking"])
+def test_an_acquire_whose_reply_was_lost_is_recognised_when_retried(
+    proxied: Proxied, figures: dict[str, Any], mode: Mode, blocking: bool
+) -> None:
+    lock = Lock("ambiguous", client=proxied.backend, timeout=30)
+    keys = lock._keys_for(proxied.backend)
+    failed_after = withheld(proxied, mode, lambda: lock.acquire(blocking=blocking))
+    # The server did apply it: the lock is held, by the token the object keeps for its retry.
+    token = proxied.direct.hget(keys.lock, "token")
+    stored_fence = int(proxied.direct.hget(keys.lock, "fence") or 0)
+    granted_at = proxied.direct.hget(keys.lock, "acquired")
+    assert is_held(proxied.direct, keys.lock)
+    assert token == lock._pending.get(threading.current_thread())
+    assert lock.fence is None  # not held as far as the object knows
+    assert lock.acquire(blocking=blocking) is True  # the retry: same object, same thread
+    figures.update(
+        failed_after_s=round(failed_after, 3),
+        fence_in_redis=stored_fence,
+        fence_after_retry=lock.fence,
+        grant_time_unchanged=proxied.direct.hget(keys.lock, "acquired") == granted_at,
+    )
+    assert lock.fence == stored_fence  # the same grant, not a new one
+    assert proxied.direct.hget(keys.lock, "acquired") == granted_at  # recognised: nothing written
+    assert lock.holder_id == holder_id(str(token))
+    assert failed_after < BOUND
+    lock.release()
+    assert not is_held(proxied.direct, keys.lock)
+    assert get_lock("ambiguous", client=proxied.backend) is None
+    assert nothing_left(proxied, (keys.queue, keys.waiters))
+
+
+@pytest.mark.parametrize("mode", ["drop", "delay"])
+def test_a_release_whose_reply_was_lost_succeeds_when_retried(
+    proxied: Proxied, figures: dict[str, Any], mode: Mode
+) -> None:
+    lock = Lock("ambiguous-release", client=proxied.backend, timeout=30)
+    keys = lock._keys_for(proxied.backend)
+    assert lock.acquire(blocking=False)
+    fence = lock.fence
+    failed_after = withheld(proxied, mode, lock.release)
+    applied = not is_held(proxied.direct, keys.lock)
+    kept = lock.fence == fence  # the object keeps the hold so that the release can be retried
+    lock.release()  # the retry: recognised as the release that already happened
+    figures.update(failed_after_s=round(failed_after, 3), applied=applied, hold_kept=kept)
+    assert applied and kept
+    assert lock.fence is None
+    assert failed_after < BOUND
+    assert not is_held(proxied.direct, keys.lock)
+    assert get_lock("ambiguous-release", client=proxied.backend) is None
+    assert nothing_left(proxied, (keys.queue, keys.waiters))
+    assert lock.acquire(blocking=False)  # and the lock is free for the next holder
+    lock.release()
+
+
+@pytest.mark.parametrize("mode", ["drop", "delay"])
+def test_a_semaphore_acquire_and_release_whose_replies_were_lost_leave_no_phantom_slot(
+    proxied: Proxied, figures: dict[str, Any], mode: Mode
+) -> None:
+    semaphore = Semaphore("ambiguous-sem", 2, client=proxied.backend, timeout=30)
+    keys = semaphore._keys_for(proxied.backend)
+    acquire_failed_after = withheld(proxied, mode, lambda: semaphore.acquire(blocking=False))
+    token = semaphore._pending.get(threading.current_thread())
+    applied = proxied.direct.zscore(keys.holders, str(token)) is not None
+    assert semaphore.acquire(blocking=False)  # the retry
+    slots_after_retry = semaphore.count()
+    holders = [h.holder_id for h in semaphore.holders()]
+    release_failed_after = withheld(proxied, mode, semaphore.release)
+    released = semaphore.count() == 0
+    semaphore.release()  # the retry
+    figures.update(
+        acquire_failed_after_s=round(acquire_failed_after, 3),
+        release_failed_after_s=round(release_failed_after, 3),
+        slots_after_retried_acquire=slots_after_retry,
+    )
+    assert applied
+    assert slots_after_retry == 1  # one slot: the retry did not take a second one
+    assert holders == [holder_id(str(token))]
+    assert released
+    assert acquire_failed_after < BOUND and release_failed_after < BOUND
+    assert get_semaphore("ambiguous-sem", client=proxied.backend) is None
+    assert nothing_left(proxied, keys.state)
+
+
+def test_async_acquire_and_release_whose_replies_were_lost_are_recognised_when_retried(
+    proxied: Proxied, figures: dict[str, Any]
+) -> None:
+    async def scenario() -> dict[str, Any]:
+        lock = Lock("ambiguous-async", client=proxied.backend, timeout=30)
+        keys = lock._keys_for(proxied.backend)
+        await lock.aacquire()  # connects the loop's asyncio client through the proxy
+        await lock.arelease()
+        outcome: dict[str, Any] = {}
+        with proxied.proxy.withholding("drop"), pytest.raises(LockBackendError):
+            await lock.aacquire()
+        outcome["stored_fence"] = int(proxied.direct.hget(keys.lock, "fence") or 0)
+        outcome["retried"] = await lock.aacquire()
+        outcome["fence"] = lock.fence
+        with proxied.proxy.withholding("drop"), pytest.raises(LockBackendError):
+            await lock.arelease()
+        outcome["applied"] = not is_held(proxied.direct, keys.lock)
+        await lock.arelease()
+        outcome["left"] = not nothing_left(proxied, (keys.queue, keys.waiters))
+        outcome["held"] = is_held(proxied.direct, keys.lock)
+        await proxied.backend.aclose()
+        return outcome
+
+    outcome = asyncio.run(scenario())
+    figures.update(outcome)
+    assert outcome["retried"] is True
+    assert outcome["fence"] == outcome["stored_fence"]
+    assert outcome["applied"]
+    assert not outcome["held"] and not outcome["left"]
