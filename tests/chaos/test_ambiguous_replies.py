@@ -91,7 +91,8 @@ def test_an_acquire_whose_reply_was_lost_is_recognised_when_retried(
     granted_at = proxied.direct.hget(keys.lock, "acquired")
     assert is_held(proxied.direct, keys.lock)
     assert token == lock._pending.get(threading.current_thread())
-    assert lock.fence is None  # not held as far as the object knows
+    fence_before_retry = lock.fence
+    assert fence_before_retry is None  # not held as far as the object knows
     assert lock.acquire(blocking=blocking) is True  # the retry: same object, same thread
     figures.update(
         failed_after_s=round(failed_after, 3),
