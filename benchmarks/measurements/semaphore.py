@@ -252,6 +252,7 @@ def _contended(ctx: Context) -> dict[str, Any]:
                     else math.inf,
                     "most_at_once": most_at_once(holds),
                     "utilisation": busy_ns / (LIMIT * window_ns),
+                    "idle_ms_per_admission": ratio(LIMIT * window_ns - busy_ns, total) / 1e6,
                     "wait_p50_ms": median(r["wait_p50_ms"] for r in results),
                     "wait_p99_ms": max(r["wait_p99_ms"] for r in results),
                     "timeouts": sum(r["timeouts"] for r in results),
@@ -272,6 +273,7 @@ def _contended(ctx: Context) -> dict[str, Any]:
             "max_share": median(max(r["per_process"]) / window for r in rows),
             "most_at_once": max(r["most_at_once"] for r in rows),
             "utilisation": median(r["utilisation"] for r in rows),
+            "idle_ms_per_admission": median(r["idle_ms_per_admission"] for r in rows),
             "wait_p50_ms": median(r["wait_p50_ms"] for r in rows),
             "wait_p99_ms": median(r["wait_p99_ms"] for r in rows),
             "server_commands_per_admission": median(
@@ -408,6 +410,7 @@ def _render_contended(result: dict[str, Any]) -> list[str]:
         "per process min / max (per s)",
         "max/min",
         "slots busy",
+        "idle slot ms / admission",
         "most at once",
         "wait p50 / p99 ms",
         "server cmds / admission",
@@ -422,6 +425,7 @@ def _render_contended(result: dict[str, Any]) -> list[str]:
                 f"{fmt(entry['min_share'])} / {fmt(entry['max_share'])}",
                 fmt(entry["starvation"], 2),
                 f"{entry['utilisation']:.0%}",
+                fmt(entry["idle_ms_per_admission"], 2),
                 str(entry["most_at_once"]),
                 f"{fmt(entry['wait_p50_ms'], 2)} / {fmt(entry['wait_p99_ms'], 1)}",
                 fmt(entry["server_commands_per_admission"], 1),
@@ -435,7 +439,9 @@ def _render_contended(result: dict[str, Any]) -> list[str]:
         f"{result['hold_ms']:g} ms hold (a sleep) -> release for {result['window_s']:g} s; "
         f"{result['reps']} repetitions, median shown. With free hand-overs the slots would "
         f'admit {ideal:,.0f}/s; "slots busy" is the time holders held them over '
-        f'{result["limit"]} x the window. "most at once" is the most holders whose '
+        f'{result["limit"]} x the window, and "idle slot ms / admission" the time slots '
+        "stood free (or granted but not yet in use) per admission: what passing a slot on "
+        'costs. "most at once" is the most holders whose '
         "stamped holds overlapped (worst repetition; the limit is exceeded if it is larger). "
         "\"max/min\" is the busiest process's admissions over the least busy one's.",
         "",
