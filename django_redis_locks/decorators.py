@@ -54,7 +54,8 @@ OnRedisError = Literal["fail_closed", "fail_open"]
 
 #: Longest encoded value kept as is in a name; longer ones become a digest.
 MAX_VALUE_CHARS = 64
-_SAFE = "-._~@+=,!"  # left as is by the encoding; everything else is %XX
+_SAFE = "-._@+=,!"  # left as is by the encoding; everything else is %XX (also "~", which
+# marks a digest: no encoded value can pass for the digest of another)
 
 
 def redis_lock(
@@ -132,9 +133,11 @@ def redis_lock(
 # -- names ----------------------------------------------------------------------------------
 def encode_value(value: object) -> str:
     """One template value as it appears in a lock name: percent-encoded, bounded."""
-    encoded = quote(str(value), safe=_SAFE)
+    text = str(value)
+    # quote() never escapes "~" itself; lone surrogates are encoded, not refused.
+    encoded = quote(text, safe=_SAFE, errors="surrogatepass").replace("~", "%7E")
     if len(encoded) > MAX_VALUE_CHARS:
-        return "~" + hashlib.sha256(str(value).encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return "~" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:40]
     return encoded
 
 

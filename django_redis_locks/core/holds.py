@@ -102,6 +102,8 @@ def check_metadata(metadata: object) -> dict[str, Any]:
         encoded = json.dumps(result, separators=(",", ":"), default=str)
     except (TypeError, ValueError) as exc:
         raise InvalidArgument("metadata", f"must be JSON-serialisable ({exc})") from None
+    except RecursionError:
+        raise InvalidArgument("metadata", "is nested too deeply to encode as JSON") from None
     if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
         raise InvalidArgument("metadata", f"is larger than {MAX_METADATA_BYTES} bytes as JSON")
     return result
