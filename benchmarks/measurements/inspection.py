@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from matplotlib.patches import Patch
 
 from benchmarks import counting, plots
 from benchmarks.context import Context
@@ -312,22 +313,25 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
         xs = [i + offset for i in range(len(names))]
         hatch = "" if dataset == DATASETS[0] else "//"
         colors = [plots.color_for("naive" if "naive" in n else "ours") for n in names]
-        left.bar(
-            xs, [reads[n]["p50_ms"] for n in names], width, color=colors, hatch=hatch, label=dataset
-        )
+        left.bar(xs, [reads[n]["p50_ms"] for n in names], width, color=colors, hatch=hatch)
         right.bar(
             xs,
             [reads[n]["round_trips"] for n in names],
             width,
             color=colors,
             hatch=hatch,
-            label=dataset,
         )
     short = [n.replace(" (SCAN + HGETALL)", "").replace(" (pages of 1,000)", "") for n in names]
+    handles = [
+        Patch(facecolor=plots.color_for("ours"), label="ours"),
+        Patch(facecolor=plots.color_for("naive"), label="naive SCAN + HGETALL"),
+        Patch(facecolor="white", edgecolor="black", label=DATASETS[0]),
+        Patch(facecolor="white", edgecolor="black", hatch="//", label=DATASETS[1]),
+    ]
     for ax in (left, right):
         ax.set_xticks(range(len(names)), short, rotation=20, fontsize=8)
         ax.set_yscale("log")
-        ax.legend(fontsize=7)
+        ax.legend(handles=handles, fontsize=7)
     left.axhline(TIME_TARGET_MS, color="grey", linestyle="--", linewidth=1)
     left.set_ylabel("median ms (log scale)")
     left.set_title("Listing time")
