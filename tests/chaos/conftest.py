@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import time
 from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
@@ -71,6 +72,14 @@ def figures(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     with FIGURES_FILE.open("a", encoding="utf-8") as out:
         out.write(json.dumps(record) + "\n")
     _written.append(record)
+
+
+@pytest.fixture
+def rng(figures: dict[str, Any]) -> random.Random:
+    """The scenario's random choices: seeded from $DRL_CHAOS_SEED if set, the seed logged."""
+    seed = int(os.environ.get("DRL_CHAOS_SEED") or random.randrange(1 << 32))
+    figures["seed"] = seed
+    return random.Random(seed)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
