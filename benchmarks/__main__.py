@@ -50,26 +50,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--reps",
         type=int,
         default=defaults.reps,
-        help="repetitions of items 1 and 4 (default %(default)s)",
+        help="repetitions of items 1, 4, 5 (uncontended), 6 and 7 (default %(default)s)",
     )
     parser.add_argument(
         "--contention-reps",
         type=int,
         default=defaults.contention_reps,
-        help="repetitions of items 2 and 3 (default %(default)s)",
+        help="repetitions of items 2, 3 and 5 (contended) (default %(default)s)",
     )
     parser.add_argument(
         "--window",
         type=float,
         default=defaults.window,
-        help="seconds per contention trial; handoff time budget per "
+        help="seconds per contention trial (items 2, 3, 5); handoff time budget per "
         "implementation and repetition (default %(default)s)",
     )
     parser.add_argument(
         "--cycles",
         type=int,
         default=defaults.cycles,
-        help="uncontended cycles per implementation and repetition (default %(default)s)",
+        help="uncontended cycles per implementation and repetition (items 1, 5), requests per "
+        "variant (item 7); item 6 reads each page cycles/100 times, at most 20 "
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--processes",

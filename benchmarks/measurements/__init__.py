@@ -9,8 +9,7 @@ A measurement module defines ``MEASUREMENT = Measurement(...)`` with
 - ``targets(result)``: the issue's targets as (target, measured, met) rows, gathered into
   the verdict table at the top of ``results.md``.
 
-To add one (semaphores, inspection, the decorator: issue 6 items 5-7), write a module like
-these and append its import path to :data:`MODULES`.
+To add one, write a module like these and append its import path to :data:`MODULES`.
 """
 
 from __future__ import annotations

@@ -171,9 +171,9 @@ def _uncontended(ctx: Context) -> dict[str, Any]:
     settings = ctx.settings
     sems = [impl.name for impl in select(CYCLE, settings.impls, kinds=("semaphore",))]
     floors = [impl.name for impl in select(CYCLE, settings.impls, kinds=("floor",))]
-    impls = sems + [name for name in FLOORS if name in floors]
+    impls = sems + [name for name in FLOORS if name in floors] if sems else []
     reps: list[dict[str, dict[str, float]]] = []
-    for rep in range(settings.reps):
+    for rep in range(settings.reps if impls else 0):
         order = impls[rep % len(impls) :] + impls[: rep % len(impls)]
         ctx.log(f"semaphore, uncontended: repetition {rep + 1}/{settings.reps}")
         ctx.flush()
@@ -212,7 +212,7 @@ def _contended(ctx: Context) -> dict[str, Any]:
     impls = [impl.name for impl in select(BLOCK, settings.impls, kinds=("semaphore",))]
     window = settings.window
     raw: dict[str, list[dict[str, Any]]] = {name: [] for name in impls}
-    for rep in range(settings.contention_reps):
+    for rep in range(settings.contention_reps if impls else 0):
         order = impls[rep % len(impls) :] + impls[: rep % len(impls)]
         for name in order:
             ctx.log(
@@ -312,6 +312,8 @@ def _contended(ctx: Context) -> dict[str, Any]:
 
 
 def run(ctx: Context) -> dict[str, Any]:
+    if not select(CYCLE, ctx.settings.impls, kinds=("semaphore",)):
+        ctx.log("semaphore: no semaphore implementation selected (--impls)")
     return {"uncontended": _uncontended(ctx), "contended": _contended(ctx)}
 
 
