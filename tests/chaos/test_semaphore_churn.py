@@ -1,0 +1,254 @@
+"""Scenario 8: a semaphore under churn, with holders killed (SIGKILL) or stopped (SIGSTOP, for
+twice the TTL) at random, a third of the workers an hour ahead and a third an hour behind
+(``faketime``).
+
+Workers (``sem-churn`` jobs) log each hold on the Redis server's clock, the one clock all of
+them share whatever their own says. A fault thread picks a random current holder (pid from
+the semaphore's holder list) and kills or stops it; a killed worker's share is done by a new
+process; a stopped one is continued and must find its slot gone.
+
+Pass rule: a sweep over the hold intervals never finds more than ``LIMIT`` holders at once (a
+killed or stopped holder's interval lasts until its TTL minus ``GRACE``, the latency between
+the grant and the log line); every hold caught by a stop ends with ``LockLost`` on release,
+and only those do; the slot of each faulted hold comes back (``LIMIT`` others live at once)
+within a second of its TTL; at the end nothing is held and the semaphore's keys are gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_redis_locks.core import Backend, Semaphore
+from tests.chaos.processes import Processes, worker_command
+from tests.chaos.sweep import Interval, first_time_at, log_lines, peak_concurrency
+
+pytestmark = pytest.mark.chaos
+
+LIMIT = 3
+TTL = 1.0
+GRACE = 0.2
+WORKERS = 12
+SHARE = 80
+WORK = 0.01
+FAULTS = ["kill"] * 3 + ["stop"] * 3
+STOP_FOR = 2 * TTL
+SKEWS = ["", "+1h", "-1h"]  # worker i runs with SKEWS[i % 3]
+
+
+@dataclass
+class Slot:
+    index: int
+    skew: str
+    logs: list[Path] = field(default_factory=list)
+    process: subprocess.Popen[str] | None = None
+    started: int = 0
+
+    def pid(self) -> int | None:
+        """The current worker's own pid (faketime runs it as a child of its own)."""
+        lines = log_lines(self.logs[-1]) if self.logs else []
+        return int(lines[0][1]) if lines and lines[0][0] == "P" else None
+
+
+@dataclass
+class Fault:
+    action: str
+    pid: int
+    at: float  # server time
+
+
+def holds_of(log: Path) -> tuple[int, list[Interval]]:
+    lines = log_lines(log)
+    pid = int(lines[0][1])
+    holds: list[Interval] = []
+    start = end = None
+    for fields in lines[1:]:
+        if fields[0] == "S":
+            start, end = int(fields[1]) / 1e9, None
+        elif fields[0] == "E":
+            end = int(fields[1]) / 1e9
+        elif fields[0] in ("R", "L"):
+            assert start is not None and end is not None
+            if fields[0] == "R":
+                holds.append(Interval(start, end, str(pid)))
+            else:
+                holds.append(Interval(start, min(end, start + TTL - GRACE), str(pid), how="lost"))
+            start = end = None
+    if start is not None:  # killed while holding (before or after its last E)
+        last = start + TTL - GRACE if end is None else min(end, start + TTL - GRACE)
+        holds.append(Interval(start, last, str(pid), how="killed"))
+    return pid, holds
+
+
+@pytest.mark.timeout(240)
+def test_semaphore_churn_with_killed_stopped_and_skewed_holders_never_exceeds_the_limit(
+    processes: Processes,
+    make_server: Any,
+    tmp_path: Path,
+    figures: dict[str, Any],
+    rng: random.Random,
+) -> None:
+    if shutil.which("faketime") is None:
+        pytest.skip("needs faketime (Debian package 'faketime', installed by .ci/run)")
+    server = make_server()
+    client = server.client(socket_timeout=5)
+    backend = Backend(client, namespace="churn")
+    semaphore = Semaphore("churn", LIMIT, client=backend, timeout=TTL)
+    slots = [Slot(index, SKEWS[index % len(SKEWS)]) for index in range(WORKERS)]
+    mutex = threading.Lock()
+
+    def server_now() -> float:
+        seconds, micros = client.time()
+        return int(seconds) + int(micros) / 1e6
+
+    def spawn(slot: Slot) -> None:
+        log = tmp_path / f"worker-{slot.index}-{len(slot.logs)}.log"
+        command = worker_command(
+            "sem-churn",
+            url=server.url,
+            namespace="churn",
+            name="churn",
+            limit=LIMIT,
+            ttl=TTL,
+            acquisitions=SHARE - slot.started,
+            work=WORK,
+            log=log,
+        )
+        prefix = ["faketime", "-f", slot.skew] if slot.skew else []
+        with mutex:
+            slot.logs.append(log)
+            slot.process = processes.start(command, prefix, stderr=subprocess.PIPE)
+
+    def started() -> int:
+        return sum(1 for slot in slots for log in slot.logs for f in log_lines(log) if f[0] == "S")
+
+    faults: list[Fault] = []
+    stopped: set[int] = set()
+    timers: list[threading.Timer] = []
+    done = threading.Event()
+
+    def continue_(pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        with mutex:
+            stopped.discard(pid)
+
+    def injector() -> None:
+        plan = rng.sample(FAULTS, len(FAULTS))
+        while plan and not done.wait(rng.uniform(0.2, 0.8)):  # a random pause between faults
+            if started() > WORKERS * SHARE / 2:
+                return  # faults in the first half only: waiters remain to take slots back
+            with mutex:
+                running = {slot.pid() for slot in slots if slot.process is not None}
+                running -= stopped
+            candidates = [h.pid for h in semaphore.holders() if h.pid and h.pid in running]
+            if not candidates:
+                continue
+            pid, action = rng.choice(candidates), plan.pop()
+            os.kill(pid, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+            faults.append(Fault(action, pid, server_now()))
+            if action == "stop":
+                with mutex:
+                    stopped.add(pid)
+                timer = threading.Timer(STOP_FOR, continue_, (pid,))  # the stop's length
+                timers.append(timer)
+                timer.start()
+
+    for slot in slots:
+        spawn(slot)
+    thread = threading.Thread(target=injector, daemon=True)
+    thread.start()
+    try:
+        running = list(slots)
+        while running:
+            slot = running.pop(0)
+            assert slot.process is not None
+            try:
+                code = slot.process.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                running.append(slot)
+                continue
+            pid = slot.pid()
+            slot.started += sum(1 for f in log_lines(slot.logs[-1]) if f[0] == "S")
+            with mutex:
+                was_killed = any(f.pid == pid and f.action == "kill" for f in faults)
+            if was_killed:
+                if slot.started < SHARE:
+                    spawn(slot)  # a new process does the rest of the killed one's share
+                    running.append(slot)
+            else:
+                stderr = slot.process.stderr.read() if slot.process.stderr else ""
+                assert code == 0, f"worker {slot.index} failed ({code}): {stderr}"
+    finally:
+        done.set()
+        thread.join(timeout=10)
+        for timer in timers:
+            timer.join(timeout=STOP_FOR + 1)
+        for slot in slots:  # faketime's child outlives its parent: end workers by their pid
+            for log in slot.logs:
+                lines = log_lines(log)
+                if lines and lines[0][0] == "P":
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(lines[0][1]), signal.SIGKILL)
+
+    intervals: list[Interval] = []
+    for slot in slots:
+        for log in slot.logs:
+            intervals += holds_of(log)[1]
+    peak = peak_concurrency(intervals)
+    stopped_pids = {f.pid for f in faults if f.action == "stop"}
+    lost = [i for i in intervals if i.how == "lost"]
+    caught = []  # the holds in progress when their process was stopped
+    for fault in faults:
+        if fault.action == "stop":
+            caught += [
+                i for i in intervals if i.who == str(fault.pid) and i.start < fault.at < i.end
+            ]
+    reclaims: list[float] = []
+    isolated: list[float] = []
+    faulted = [i for i in intervals if i.how != "released"]
+    for hold in faulted:
+        others = [i for i in intervals if i is not hold]
+        back = first_time_at(others, LIMIT, after=hold.start)
+        delay = (back if back is not None else float("inf")) - (hold.start + TTL)
+        reclaims.append(delay)
+        if not any(o is not hold and abs(o.start - hold.start) < TTL + 1 for o in faulted):
+            isolated.append(delay)
+    left = semaphore.count()
+    keys_left = sorted(k.decode() for k in client.keys("churn:*") if b"reg:" not in k)
+    figures.update(
+        limit=LIMIT,
+        ttl_s=TTL,
+        grace_s=GRACE,
+        workers=WORKERS,
+        skews=SKEWS,
+        holds=len(intervals),
+        faults=[f.action for f in faults],
+        killed_holds=sum(1 for i in intervals if i.how == "killed"),
+        stopped_holds=len(caught),
+        lost_on_release=len(lost),
+        peak_concurrency=peak,
+        slot_back_after_ttl_s=[round(d, 3) for d in sorted(reclaims)],
+        held_at_the_end=left,
+        keys_left=keys_left,
+    )
+    backend.close()
+    client.close()
+    assert peak <= LIMIT, f"{peak} holders at once"
+    assert peak == LIMIT  # the churn did fill every slot
+    assert len(intervals) == WORKERS * SHARE  # every hold logged once, however it ended
+    assert faults, "no fault was injected"
+    assert all(i.who in {str(p) for p in stopped_pids} for i in lost)
+    assert all(i.how == "lost" for i in caught), "a stopped holder released a lost slot"
+    assert all(d <= 1.0 for d in isolated), "a faulted holder's slot did not come back"
+    assert left == 0 and not keys_left
