@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from django.test import override_settings
 
 from django_redis_locks.core import Backend
@@ -22,8 +23,13 @@ def _django_on_test_redis(redis_server: Any) -> Iterator[None]:
 
 
 @pytest.fixture
-def backend(redis_client: Any, namespace: str) -> Iterator[Backend]:
-    """A core Backend on the session server, with a namespace of the test's own."""
-    backend = Backend(redis_client, namespace=namespace)
-    yield backend
-    backend.close()
+def backend(redis_server: Any, namespace: str) -> Iterator[Backend]:
+    """A core Backend on the session server, with a namespace of the test's own.
+
+    Its client logs in through the server's URL: as the library's ACL user in ACL mode
+    (``redis_client`` stays the unrestricted client for looking at the data).
+    """
+    with redis.Redis.from_url(redis_server.url, socket_timeout=5) as client:
+        backend = Backend(client, namespace=namespace)
+        yield backend
+        backend.close()

@@ -16,6 +16,7 @@ import redis
 
 from django_redis_locks import Lock
 from django_redis_locks.core import Backend
+from tests.harness.acl import unrestricted_url
 
 
 def test_64_threads(backend: Backend, redis_client: redis.Redis) -> None:
@@ -44,19 +45,22 @@ def test_64_threads(backend: Backend, redis_client: redis.Redis) -> None:
 def test_64_asyncio_tasks(redis_server, namespace: str) -> None:
     async def main() -> int:
         client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=10)
+        # The counter is the test's data, not the library's: its own (unrestricted) client.
+        data = redis.asyncio.Redis.from_url(unrestricted_url(redis_server.url), socket_timeout=10)
         backend = Backend(client, namespace=namespace)
         lock = Lock("increment", client=backend, timeout=10)  # shared by all tasks
         counter = f"{namespace}:counter"
 
         async def increment() -> None:
             async with lock:
-                value = int(await client.get(counter) or 0)
+                value = int(await data.get(counter) or 0)
                 await asyncio.sleep(0)  # let the other tasks run mid-section
-                await client.set(counter, value + 1)
+                await data.set(counter, value + 1)
 
         await asyncio.gather(*(increment() for _ in range(64)))
-        result = int(await client.get(counter) or -1)
+        result = int(await data.get(counter) or -1)
         await client.aclose()
+        await data.aclose()
         backend.client.close()
         return result
 

@@ -13,6 +13,7 @@ from django_redis_locks import Lock
 from django_redis_locks.core import Backend, replies
 from django_redis_locks.core import lock_protocol as protocol
 from django_redis_locks.core.scripting import load, run_many
+from tests.harness.acl import unrestricted_url
 
 SCRIPTS = sorted(
     path.name.removesuffix(".lua")
@@ -161,14 +162,16 @@ def test_script_flush_in_a_pipeline_reruns_only_what_did_not_run(
 def test_script_flush_is_transparent_for_asyncio(redis_server, namespace: str) -> None:
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+        admin = redis.asyncio.Redis.from_url(unrestricted_url(redis_server.url), socket_timeout=5)
         lock = Lock("flushed-async", client=Backend(client, namespace=namespace), timeout=5)
-        await client.script_flush()
+        await admin.script_flush()
         assert await lock.aacquire()
-        await client.script_flush()
+        await admin.script_flush()
         assert await lock.aowned()
-        await client.script_flush()
+        await admin.script_flush()
         await lock.arelease()
         await client.aclose()
+        await admin.aclose()
         lock.backend.client.close()
 
     asyncio.run(main())

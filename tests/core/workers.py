@@ -16,18 +16,21 @@ from typing import Any
 import redis
 
 from django_redis_locks.core import Backend, Lock, LockLost, Semaphore
+from tests.harness.acl import unrestricted_url
 
 
 def increment(url: str, namespace: str, counter: str, times: int) -> None:
     """Read-modify-write ``counter`` ``times`` times, each under the lock (the coredis example)."""
     client = redis.Redis.from_url(url, socket_timeout=10)
+    data = redis.Redis.from_url(unrestricted_url(url), socket_timeout=10)  # the test's counter
     backend = Backend(client, namespace=namespace)
     lock = Lock(f"increment:{counter}", client=backend, timeout=10)
     for _ in range(times):
         with lock:
-            value = int(client.get(counter) or 0)
-            client.set(counter, value + 1)
+            value = int(data.get(counter) or 0)
+            data.set(counter, value + 1)
     client.close()
+    data.close()
 
 
 def hold(url: str, namespace: str, name: str, seconds: float) -> None:

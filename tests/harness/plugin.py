@@ -10,6 +10,7 @@ from typing import Protocol
 import pytest
 import redis
 
+from tests.harness.acl import acl_mode, denials, library_user
 from tests.harness.servers import (
     ExternalServer,
     HarnessError,
@@ -17,6 +18,7 @@ from tests.harness.servers import (
     RedisServer,
     ServerBinary,
     find_server_binary,
+    probe_client,
     start_replica,
     stop_all,
 )
@@ -51,9 +53,15 @@ def external_server_from_env() -> ExternalServer | None:
     if not url:
         return None
     try:
-        return ExternalServer(url)
+        server = ExternalServer(url)
     except (HarnessError, ValueError) as exc:
         raise pytest.UsageError(f"REDIS_URL: {exc}") from exc
+    if acl_mode():
+        raise pytest.UsageError(
+            "DRL_TEST_ACL=1 needs servers the harness starts (it creates their ACL user); "
+            "unset REDIS_URL"
+        )
+    return server
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,7 +78,45 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     external = external_server_from_env()
     if external is not None:  # host and port only: the URL may hold a password
         lines.append(f"redis_server fixture: external REDIS_URL {external.host}:{external.port}")
+    user = library_user()
+    if user is not None:
+        lines.append(f"ACL mode: the library logs in as {user.name!r}: {' '.join(user.rule()[3:])}")
     return lines
+
+
+def check_acl_log(servers: Sequence[RedisServer], *, reset: bool = False) -> str:
+    """What the running servers' ACL LOG says the library's user was refused ("" if nothing);
+    with ``reset``, the logs are emptied after reading.
+
+    A paused or stopped server is not asked.
+    """
+    problems = []
+    for server in servers:
+        user = server.acl_user
+        if user is None or not server.is_running or server.paused:
+            continue
+        try:
+            with probe_client(server) as client:
+                entries = client.acl_log()
+                if reset and entries:
+                    client.acl_log_reset()
+        except redis.RedisError:
+            continue
+        found = denials(entries, user)
+        if found:
+            problems.append(f"{server!r}: " + "; ".join(found))
+    if not problems:
+        return ""
+    return "the library's ACL user was refused:\n" + "\n".join(problems)
+
+
+def stop_checked(servers: Sequence[RedisServer]) -> None:
+    """Stop ``servers`` (last first); then fail if the library's ACL user was refused."""
+    problem = check_acl_log(servers)
+    for server in reversed(servers):
+        server.stop()
+    if problem:
+        pytest.fail(problem, pytrace=False)
 
 
 @pytest.hookimpl(trylast=True)
@@ -92,13 +138,31 @@ def redis_server() -> Iterator[Server]:
         external.check()
         yield external
         return
-    with RedisServer() as server:
+    server = RedisServer(acl_user=library_user())
+    server.start()
+    try:
         yield server
+    finally:
+        stop_checked([server])
 
 
 @pytest.fixture(scope="session")
 def redis_url(redis_server: Server) -> str:
     return redis_server.url
+
+
+@pytest.fixture(autouse=True)
+def _library_user_refused_nothing(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In ACL mode: a test during which the session's server refused the library's user
+    something fails (at teardown), and the server's ACL LOG is emptied for the next test."""
+    if not acl_mode():
+        yield
+        return
+    server = request.getfixturevalue("redis_server")
+    yield
+    problem = check_acl_log([server], reset=True)
+    if problem:
+        pytest.fail(problem, pytrace=False)
 
 
 @pytest.fixture
@@ -125,13 +189,14 @@ def make_server() -> Iterator[MakeServer]:
         port: int | None = None,
         extra_args: Sequence[str] = (),
     ) -> RedisServer:
-        server = RedisServer(binary=binary, port=port, extra_args=extra_args)
+        server = RedisServer(
+            binary=binary, port=port, extra_args=extra_args, acl_user=library_user()
+        )
         made.append(server)
         return server.start()
 
     yield make
-    for server in reversed(made):
-        server.stop()
+    stop_checked(made)
 
 
 @pytest.fixture
@@ -151,12 +216,18 @@ def make_replica() -> Iterator[MakeReplica]:
         return replica
 
     yield make
-    for replica in reversed(made):
-        replica.stop()
+    stop_checked(made)
 
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
     """A 3-master Redis Cluster, started on first use and shared by the session."""
-    with RedisCluster(3) as cluster:
+    cluster = RedisCluster(3, acl_user=library_user())
+    cluster.start()
+    try:
         yield cluster
+    finally:
+        problem = check_acl_log(cluster.nodes)
+        cluster.stop()
+        if problem:
+            pytest.fail(problem, pytrace=False)

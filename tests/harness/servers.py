@@ -30,6 +30,8 @@ import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.harness.acl import AclUser
+
 HOST = "127.0.0.1"
 SHARED_PORT = 6379  # the machine's own server: never started on, never connected to
 CLUSTER_BUS_OFFSET = 10000
@@ -221,12 +223,16 @@ class RedisServer:
         binary: ServerBinary | None = None,
         port: int | None = None,
         extra_args: Sequence[str] = (),
+        acl_user: AclUser | None = None,
     ) -> None:
         if port == SHARED_PORT:
             raise HarnessError(f"refusing to start a test server on the shared port {port}")
         self.binary = binary if binary is not None else find_server_binary()
         self.host = HOST
         self.extra_args: tuple[str, ...] = tuple(extra_args)
+        # With an ACL user (created at start, see tests/harness/acl.py) ``url`` logs in as it;
+        # ``client()`` and the harness's probes stay on the unrestricted default user.
+        self.acl_user = acl_user
         self._cluster = "--cluster-enabled" in self.extra_args
         self._may_change_port = port is None  # only until the first successful start
         self.port = port if port is not None else free_port(cluster=self._cluster)
@@ -258,7 +264,9 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
+        """The server's URL; with an ACL user, one that logs in as that user."""
+        login = self.acl_user.credentials() if self.acl_user is not None else ""
+        return f"redis://{login}{self.host}:{self.port}/0"
 
     @property
     def pid(self) -> int:
@@ -293,7 +301,8 @@ class RedisServer:
         ]  # fmt: skip
         if self.binary.major >= 7:  # don't wait for lagging (e.g. paused) replicas on SIGTERM
             args += ["--shutdown-on-sigterm", "now"]
-        return [*args, *self.extra_args]
+        acl = self.acl_user.config_args() if self.acl_user is not None else []
+        return [*args, *self.extra_args, *acl]
 
     def start(self, timeout: float = 10.0) -> Self:
         """Start the process and wait until it answers PING; returns self."""
@@ -496,6 +505,7 @@ def start_replica(
         binary=primary.binary,
         port=port,
         extra_args=["--replicaof", primary.host, str(primary.port), *extra_args],
+        acl_user=primary.acl_user,
     )
     replica.start(timeout)
     try:
@@ -577,6 +587,7 @@ class RedisCluster:
         binary: ServerBinary | None = None,
         extra_args: Sequence[str] = (),
         node_timeout_ms: int = 2000,
+        acl_user: AclUser | None = None,
     ) -> None:
         if masters < 1:
             raise ValueError("a cluster needs at least one master")
@@ -584,6 +595,8 @@ class RedisCluster:
         self.binary = binary if binary is not None else find_server_binary()
         self.extra_args: tuple[str, ...] = tuple(extra_args)
         self.node_timeout_ms = node_timeout_ms
+        # Each node gets the user, with what cluster clients need on top; ``url`` logs in as it.
+        self.acl_user = acl_user.for_cluster() if acl_user is not None else None
         self.nodes: list[RedisServer] = []
 
     def __repr__(self) -> str:
@@ -611,7 +624,8 @@ class RedisCluster:
         """A URL for ``redis.cluster.RedisCluster.from_url`` (any node bootstraps the rest)."""
         if not self.nodes:
             raise HarnessError(f"{self!r} was not started")
-        return f"redis://{self.nodes[0].host}:{self.nodes[0].port}"
+        login = self.acl_user.credentials() if self.acl_user is not None else ""
+        return f"redis://{login}{self.nodes[0].host}:{self.nodes[0].port}"
 
     def start(self, timeout: float = 20.0) -> Self:
         """Start the nodes, assign slots, join them and wait until every node agrees."""
@@ -626,7 +640,11 @@ class RedisCluster:
         self.nodes = []
         try:
             for _ in range(self.masters):
-                node = RedisServer(binary=self.binary, extra_args=[*cluster_args, *self.extra_args])
+                node = RedisServer(
+                    binary=self.binary,
+                    extra_args=[*cluster_args, *self.extra_args],
+                    acl_user=self.acl_user,
+                )
                 self.nodes.append(node)
                 node.start()
             self._join(timeout)
