@@ -90,7 +90,8 @@ class KeySpace:
 
     @property
     def channel(self) -> str:
-        """The pub/sub channel on which releases announce themselves to waiters."""
+        """The prefix of the pub/sub channels on which releases tell waiters: each process
+        listens on ``<channel>:<process id>`` of its own (see :mod:`.wakeup`)."""
         return f"{self.namespace}:wake"
 
     @staticmethod

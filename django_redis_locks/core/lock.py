@@ -149,8 +149,8 @@ class Lock(Primitive[LockKeys]):
             retry_after=outcome.retry_after,
         )
 
-    def _release_call(self, keys: LockKeys, token: str, channel: str) -> Call:
-        return protocol.release_call(keys, token, channel)
+    def _release_call(self, keys: LockKeys, token: str) -> Call:
+        return protocol.release_call(keys, token)
 
     def _renew_call(self, hold: Hold) -> Call:
         return protocol.extend_call(hold.keys, hold.token, to_millis(hold.ttl), "max", _MAX_TTL_MS)
@@ -175,6 +175,7 @@ class Lock(Primitive[LockKeys]):
             handoff=self.wait_for_replicas is None,
             session=_session(request.owner),
             slice_ms=self._slice_ms,
+            channel=self._channel(request) if queue else "-",
         )
         if self.wait_for_replicas is None:
             return protocol.decode_acquire((yield Eval(call)))
@@ -183,7 +184,7 @@ class Lock(Primitive[LockKeys]):
         reply, acked = yield EvalWait(call, needed, timeout_ms)
         result = protocol.decode_acquire(reply)
         if isinstance(result, replies.Acquired) and acked < needed:
-            yield Eval(self._release_call(request.keys, request.token, self._channel(request)))
+            yield Eval(self._release_call(request.keys, request.token))
             raise LockNotReplicated(
                 f"lock {self.name!r}: {acked} of {needed} replicas acknowledged within "
                 f"{request.backend.replica_wait_timeout} s; the acquire was undone"

@@ -48,10 +48,12 @@ def acquire_call(
     handoff: bool = True,
     session: str = "-",
     slice_ms: int = 0,
+    channel: str = "-",
 ) -> Call:
     """Take the lock; with ``queue`` a caller that does not get it takes a place in the queue,
     held for ``lease_ms``, and (with ``handoff``) a release may hand the lock straight to it.
-    ``session`` (no spaces) names the asking thread or task for slices of ``slice_ms``."""
+    ``session`` (no spaces) names the asking thread or task for slices of ``slice_ms``;
+    ``channel`` is the asking process's wake-up channel."""
     return Call(
         load("lock_acquire"),
         keys.all,
@@ -66,6 +68,7 @@ def acquire_call(
             "1" if handoff else "0",
             session,
             slice_ms,
+            channel,
         ),
     )
 
@@ -76,13 +79,13 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended:
     return Contended(holder_ttl_ms=int(reply[1]), position=int(reply[2]))
 
 
-def release_call(keys: LockKeys, token: str, channel: str, *, forced: bool = False) -> Call:
+def release_call(keys: LockKeys, token: str, *, forced: bool = False) -> Call:
     """Release by the holder's ``token`` (a waiter's token: leave the queue); with ``forced``
     the token is a holder id."""
     return Call(
         load("lock_release"),
         keys.all,
-        (token, keys.member, channel, FENCE_RETENTION_MS, "holder" if forced else "token"),
+        (token, keys.member, FENCE_RETENTION_MS, "holder" if forced else "token"),
     )
 
 

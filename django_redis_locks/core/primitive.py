@@ -149,7 +149,7 @@ class Primitive(Generic[K]):
         """One try. With ``queue`` a primitive with a queue keeps (or takes) a place in it."""
         raise NotImplementedError
 
-    def _release_call(self, keys: K, token: str, channel: str) -> Call:
+    def _release_call(self, keys: K, token: str) -> Call:
         """Release ``token``'s hold; for queued primitives, also leave the queue."""
         raise NotImplementedError
 
@@ -423,8 +423,7 @@ class Primitive(Generic[K]):
         except BaseException:
             if attempting or queued:
                 # Cancelled or interrupted: undo a grant we may never hear of, leave the queue.
-                channel = self._channel(request)
-                yield Detach(self._release_call(request.keys, request.token, channel))
+                yield Detach(self._release_call(request.keys, request.token))
             raise
         finally:
             if waiter is not None:
@@ -446,7 +445,7 @@ class Primitive(Generic[K]):
             pause = news if remaining is None else min(news, max(remaining, 0.0))
 
     def _leave_queue(self, request: Request[K]) -> Operation[None]:
-        call = self._release_call(request.keys, request.token, self._channel(request))
+        call = self._release_call(request.keys, request.token)
         try:
             yield Eval(call)
         except LockBackendError as error:  # the place's lease runs out on its own
@@ -456,7 +455,8 @@ class Primitive(Generic[K]):
 
     @staticmethod
     def _channel(request: Request[K]) -> str:
-        return request.backend.keys.channel
+        """The asking process's wake-up channel, recorded with a place in a queue."""
+        return request.backend.hub().channel
 
     def _grant(self, request: Request[K], result: replies.Acquired, started: float) -> None:
         """Record the hold; ``started`` is a local time no later than the grant."""
@@ -497,7 +497,7 @@ class Primitive(Generic[K]):
         if hold.lost:
             self._forget(hold)
             raise LockLost(f"{self.kind} {self.name!r} was lost: {hold.lost_reason}")
-        call = self._release_call(hold.keys, hold.token, hold.backend.keys.channel)
+        call = self._release_call(hold.keys, hold.token)
         # On a Redis error the hold is kept, so the caller may retry.
         retry = hold.release_sent
         hold.release_sent = True

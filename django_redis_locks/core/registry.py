@@ -123,13 +123,12 @@ def force_release(
     name = check_name(name)
     holder_id = check_holder_id(holder_id)
     backend = _backend(using, client)
-    channel = backend.keys.channel
     call: Call
     if kind == "lock":
-        call = lock_protocol.release_call(backend.keys.lock(name), holder_id, channel, forced=True)
+        call = lock_protocol.release_call(backend.keys.lock(name), holder_id, forced=True)
     elif kind == "semaphore":
         keys = backend.keys.semaphore(name)
-        call = semaphore_protocol.release_call(keys, holder_id, channel, forced=True)
+        call = semaphore_protocol.release_call(keys, holder_id, forced=True)
     else:
         raise InvalidArgument("kind", f"must be 'lock' or 'semaphore', not {kind!r}")
     released = int(drive(_eval(call), backend)) == RELEASED

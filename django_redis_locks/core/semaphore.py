@@ -148,8 +148,8 @@ class Semaphore(Primitive[SemaphoreKeys]):
             retry_after=outcome.retry_after,
         )
 
-    def _release_call(self, keys: SemaphoreKeys, token: str, channel: str) -> Call:
-        return protocol.release_call(keys, token, channel)
+    def _release_call(self, keys: SemaphoreKeys, token: str) -> Call:
+        return protocol.release_call(keys, token)
 
     def _renew_call(self, hold: Hold) -> Call:
         return protocol.refresh_call(hold.keys, hold.token, to_millis(hold.ttl))
@@ -171,7 +171,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
             request.metadata,
             queue=queue,
             lease_ms=to_millis(WAITER_LEASE_SECONDS),
-            channel=self._channel(request),
+            channel=self._channel(request) if queue else "-",
         )
         result = protocol.decode_acquire((yield Eval(call)))
         if isinstance(result, protocol.LimitMismatch):

@@ -54,9 +54,10 @@ def acquire_call(
     *,
     queue: bool,
     lease_ms: int,
-    channel: str,
+    channel: str = "-",
 ) -> Call:
-    """Take a slot; with ``queue`` a caller that is not admitted takes a place in the queue."""
+    """Take a slot; with ``queue`` a caller that is not admitted takes a place in the queue,
+    and ``channel`` (the asking process's wake-up channel) is where it will be told."""
     return Call(
         load("sem_acquire"),
         _all(keys),
@@ -82,12 +83,12 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | LimitMismatch
     return LimitMismatch(stored_limit=int(reply[1]))
 
 
-def release_call(keys: SemaphoreKeys, token: str, channel: str, *, forced: bool = False) -> Call:
+def release_call(keys: SemaphoreKeys, token: str, *, forced: bool = False) -> Call:
     """Release (or leave the queue) by ``token``; with ``forced`` the token is a holder id."""
     return Call(
         load("sem_release"),
         _all(keys),
-        (token, "holder" if forced else "token", keys.member, channel),
+        (token, "holder" if forced else "token", keys.member),
     )
 
 

@@ -1,13 +1,14 @@
 """Wake blocked waiters when a lock is released: one pub/sub connection per process and server.
 
-Release scripts publish, on the namespace's channel, one message per waiter that may now go
-ahead: ``"<member>#<holder id>"`` (``member`` is ``"lock:<name>"`` or ``"sem:<name>"``), with
-``"|<fence>|<ttl ms>"`` appended when the release already handed the hold to that waiter.
-Uncontended releases publish nothing. In each process a single listener thread per (client,
-channel) subscribes once and wakes the local waiter registered under that key, sync
-(``threading.Event``) and asyncio alike (through ``loop.call_soon_threadsafe``), passing the
-hand-over along. However many callers wait, the process holds one extra connection per
-server.
+Each process listens on a channel of its own (``<ns>:wake:<process id>``), which a waiter
+records with its place in a queue. Release scripts publish there, one message per waiter that
+may now go ahead: ``"<member>#<holder id>"`` (``member`` is ``"lock:<name>"`` or
+``"sem:<name>"``), with ``"|<fence>|<ttl ms>"`` appended when the release already handed the
+hold to that waiter. Uncontended releases publish nothing, and no process hears of another's
+waiters. In each process a single listener thread per (client, namespace) subscribes once and
+wakes the local waiter registered under that key, sync (``threading.Event``) and asyncio alike
+(through ``loop.call_soon_threadsafe``), passing the hand-over along. However many callers
+wait, the process holds one extra connection per server.
 
 Waiters never rely on a notification alone: each wait is bounded (by the holder's remaining
 TTL and a re-check interval), so a lost message costs latency, never liveness. After the
@@ -21,6 +22,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import threading
 import time
 from typing import Any
@@ -113,11 +115,15 @@ Waiter = SyncWaiter | AsyncWaiter
 
 
 class WakeupHub:
-    """The listener of one channel on one server, shared by every waiter in the process."""
+    """The listener of this process's channel on one server, shared by all its waiters.
 
-    def __init__(self, client: Any, channel: str) -> None:
+    ``channel`` is ``<prefix>:<process id>``: waiters hand it to the scripts with their place
+    in a queue, and releases publish there, so a wake-up reaches only the process it is for.
+    """
+
+    def __init__(self, client: Any, prefix: str) -> None:
         self._client = client
-        self._channel = channel
+        self._channel = f"{prefix}:{secrets.token_hex(6)}"
         self._mutex = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = {}
         self._ready = threading.Event()
@@ -180,6 +186,11 @@ class WakeupHub:
             with self._mutex:
                 self._ready_futures = [(lp, f) for lp, f in self._ready_futures if f is not future]
         return True
+
+    @property
+    def channel(self) -> str:
+        """This process's wake-up channel on this server."""
+        return self._channel
 
     @property
     def listening(self) -> bool:
@@ -270,7 +281,8 @@ _hubs_mutex = threading.Lock()
 
 
 def hub_for(client: Any, channel: str) -> WakeupHub:
-    """The process-wide hub for ``client`` (a sync redis-py client) and ``channel``.
+    """The process-wide hub for ``client`` (a sync redis-py client) and channel prefix
+    ``channel``.
 
     Hubs live on the client object, so they go away with it.
     """

@@ -205,7 +205,7 @@ def test_release_is_recognised_when_repeated(backend: Backend) -> None:
     lock.acquire()
     hold = lock._current_hold()
     assert hold is not None
-    call = protocol.release_call(hold.keys, hold.token, backend.keys.channel)
+    call = protocol.release_call(hold.keys, hold.token)
     assert run(backend.client, call) == RELEASED
     assert run(backend.client, call) == RELEASED  # the retry
     lock.release()  # and the library's own call after it

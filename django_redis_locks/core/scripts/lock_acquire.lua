@@ -17,6 +17,7 @@
 -- ARGV[8]  "1" if a release may hand the lock straight to this waiter, else "0"
 -- ARGV[9]  session: who is asking (a process and thread or task), for slices
 -- ARGV[10] slice in milliseconds (0: none)
+-- ARGV[11] the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
 --
 -- Reply:
 --   {1, fence, ttl_ms, now_ms, 0}  acquired
@@ -78,6 +79,7 @@ end
 local position = 0
 if ARGV[6] == 'queue' then
     position = lock_enqueue(KEYS[2], KEYS[3], token, now_ms, now_us, tonumber(ARGV[7]),
-        ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. ARGV[3])
+        ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. ARGV[11] .. ' '
+        .. ARGV[3])
 end
 return {0, holder_ttl, position}

@@ -7,14 +7,14 @@
 -- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> lease, ttl, handoff flag, metadata
 -- KEYS[4]  <ns>:{b}:reg:names      registry: members in name order
 -- KEYS[5]  <ns>:{b}:reg:expiry     registry: member -> expiry (ms)
--- ARGV[1]  the holder's token, or with ARGV[5] = "holder" its holder id (the first 16 hex
+-- ARGV[1]  the holder's token, or with ARGV[4] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
--- ARGV[2]  registry member ("lock:<name>"); wake-up messages are "<member>#<holder id>",
---          followed by "|<fence>|<ttl ms>" when the lock was handed over, or by "|0|<ms>"
---          when it stays kept for the releasing session's slice that long
--- ARGV[3]  wake-up channel ("<ns>:wake")
--- ARGV[4]  retention in milliseconds: how long the fence outlives the hold
--- ARGV[5]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
+-- ARGV[2]  registry member ("lock:<name>"); wake-up messages, published on the waiter's own
+--          channel, are "<member>#<holder id>", followed by "|<fence>|<ttl ms>" when the
+--          lock was handed over, or by "|0|<ms>" when it stays kept for the releasing
+--          session's slice that long
+-- ARGV[3]  retention in milliseconds: how long the fence outlives the hold
+-- ARGV[4]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
 --
 -- Reply:
 --    1  released, or this token's release had already happened (a retried release whose
@@ -27,7 +27,7 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local forced = ARGV[5] == 'holder'
+local forced = ARGV[4] == 'holder'
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'released', 'fence',
     'slice_end', 'told')
@@ -63,17 +63,17 @@ if head and slice_left > 0 and not forced then
     registry_remove(KEYS[4], KEYS[5], ARGV[2], now_ms)
     if held[6] ~= held[5] then
         redis.call('HSET', KEYS[1], 'told', held[5])
-        redis.call('PUBLISH', ARGV[3],
+        redis.call('PUBLISH', string.match(record, '^%d+ %d+ %d %S+ %d+ (%S+) '),
             ARGV[2] .. '#' .. string.sub(redis.sha1hex(head), 1, 16) .. '|0|' .. slice_left)
     end
 elseif head then
     lock_dequeue(KEYS[2], KEYS[3], head)
-    local ttl, handoff, session, slice, meta =
-        string.match(record, '^%d+ (%d+) (%d) (%S+) (%d+) (.*)$')
+    local ttl, handoff, session, slice, channel, meta =
+        string.match(record, '^%d+ (%d+) (%d) (%S+) (%d+) (%S+) (.*)$')
     local wake = ARGV[2] .. '#' .. string.sub(redis.sha1hex(head), 1, 16)
     if handoff == '1' then
         ttl = tonumber(ttl)
-        local fence = lock_grant(KEYS[1], head, ttl, meta, now_ms, now_us, tonumber(ARGV[4]),
+        local fence = lock_grant(KEYS[1], head, ttl, meta, now_ms, now_us, tonumber(ARGV[3]),
             held[4], session, now_ms + tonumber(slice))
         registry_set(KEYS[4], KEYS[5], ARGV[2], now_ms + ttl, now_ms, false)
         wake = wake .. '|' .. fence .. '|' .. ttl
@@ -81,7 +81,7 @@ elseif head then
         redis.call('HSET', KEYS[1], 'expires', '0')
         registry_remove(KEYS[4], KEYS[5], ARGV[2], now_ms)
     end
-    redis.call('PUBLISH', ARGV[3], wake)
+    redis.call('PUBLISH', channel, wake)
 else
     -- Free: the hold ends now (its fields stay until the next grant overwrites them).
     if forced then

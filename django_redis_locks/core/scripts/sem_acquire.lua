@@ -16,7 +16,7 @@
 -- ARGV[6]  "try": never queue; "queue": take (or keep) a place in the queue if not admitted
 -- ARGV[7]  waiter lease in milliseconds: a queued waiter that does not come back within it
 --          loses its place
--- ARGV[8]  wake-up channel ("<ns>:wake")
+-- ARGV[8]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
 --
 -- Reply:
 --   {1, ticket, ttl_ms, now_ms, 0}   admitted
@@ -43,7 +43,7 @@ local limit = tonumber(ARGV[2])
 local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
 if dropped > 0 then
     -- Slots freed by expiry go to the queue first (possibly to this very caller).
-    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[8], ARGV[5], now_ms)
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], now_ms)
 end
 local mine = redis.call('ZSCORE', KEYS[1], token)
 if mine then
@@ -90,7 +90,7 @@ local position = 0
 if ARGV[6] == 'queue' then
     if not queued then
         redis.call('ZADD', KEYS[2], semaphore_ticket(KEYS[4], now_us), token)
-        redis.call('HSET', KEYS[4], 'w:' .. token, ARGV[3] .. ' ' .. ARGV[4])
+        redis.call('HSET', KEYS[4], 'w:' .. token, ARGV[3] .. ' ' .. ARGV[8] .. ' ' .. ARGV[4])
     end
     redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[7]), token)
     position = ahead + 1

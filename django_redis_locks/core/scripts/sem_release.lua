@@ -10,9 +10,8 @@
 -- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
--- ARGV[3]  registry member ("sem:<name>"); waiters admitted here are told with
---          "<member>#<holder id>|<ticket>|<ttl ms>"
--- ARGV[4]  wake-up channel ("<ns>:wake")
+-- ARGV[3]  registry member ("sem:<name>"); waiters admitted here are told, on their own
+--          process's channel, with "<member>#<holder id>|<ticket>|<ttl ms>"
 --
 -- Reply:
 --    1  the slot was released (and given to the next queued waiter, if any, who was told)
@@ -46,7 +45,7 @@ elseif token and ARGV[2] == 'token' and redis.call('ZREM', KEYS[2], token) == 1 
 end
 
 if outcome + dropped > 0 then  -- a slot (or a place ahead) is free: admit who is next
-    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[3], now_ms)
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], now_ms)
 end
 local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
 if not last then

@@ -9,7 +9,8 @@
 --                    last released token) outlive it.
 -- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
 -- waiters_key  HASH  token -> "<lease expiry ms> <ttl ms> <handoff 0|1> <session> <slice ms>
---                    <metadata JSON>"
+--                    <wake-up channel> <metadata JSON>"; the channel is the waiting
+--                    process's own, so that a wake-up reaches that process only
 --
 -- A hold is live while its token is set and ``expires`` is in the future (server time).
 --

@@ -6,7 +6,8 @@
 -- leases_key   ZSET  token -> expiry (ms) of each waiter's place in the queue
 -- info_key     HASH  limit, ticket (last ticket handed out), h:<token> -> holder record
 --                    "<acquired_ms> <ticket> <metadata JSON>", w:<token> -> waiter record
---                    "<ttl_ms> <metadata JSON>" (what its grant will be)
+--                    "<ttl_ms> <wake-up channel> <metadata JSON>" (what its grant will be,
+--                    and its process's own channel for the news)
 local SEMAPHORE_GRACE_MS = 1000
 
 -- Drop holders whose TTL ran out and waiters whose lease ran out; return how many went.
@@ -62,10 +63,9 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_
 end
 
 -- Admit as many queued waiters, first come first served, as there are free slots: each is
--- made a holder here and told so in one message ("<member>#<holder id>|<ticket>|<ttl ms>"),
--- so that it needs no further round trip. Returns how many were admitted.
-local function semaphore_admit(holders_key, queue_key, leases_key, info_key, channel, member,
-                               now_ms)
+-- made a holder here and told so in one message on its process's channel ("<member>#<holder
+-- id>|<ticket>|<ttl ms>"), so that it needs no further round trip. Returns how many.
+local function semaphore_admit(holders_key, queue_key, leases_key, info_key, member, now_ms)
     local limit = tonumber(redis.call('HGET', info_key, 'limit') or '0')
     local free = limit - redis.call('ZCARD', holders_key)
     if free <= 0 then
@@ -75,16 +75,18 @@ local function semaphore_admit(holders_key, queue_key, leases_key, info_key, cha
     for i = 1, #first, 2 do
         local token = first[i]
         local ticket = string.format('%.0f', tonumber(first[i + 1]))
-        local record = redis.call('HGET', info_key, 'w:' .. token) or '1 {}'
-        local ttl, meta = string.match(record, '^(%d+) (.*)$')
+        local record = redis.call('HGET', info_key, 'w:' .. token) or '1 - {}'
+        local ttl, channel, meta = string.match(record, '^(%d+) (%S+) (.*)$')
         redis.call('ZREM', queue_key, token)
         redis.call('ZREM', leases_key, token)
         redis.call('HDEL', info_key, 'w:' .. token)
         redis.call('ZADD', holders_key, now_ms + tonumber(ttl), token)
         redis.call('HSET', info_key, 'h:' .. token,
             string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. meta)
-        redis.call('PUBLISH', channel,
-            member .. '#' .. string.sub(redis.sha1hex(token), 1, 16) .. '|' .. ticket .. '|' .. ttl)
+        if channel ~= '-' then
+            redis.call('PUBLISH', channel, member .. '#' .. string.sub(redis.sha1hex(token), 1, 16)
+                .. '|' .. ticket .. '|' .. ttl)
+        end
     end
     return #first / 2
 end
