@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-from .core.events import Event, subscribe
+from .core.events import Event, EventType, subscribe
 from .core.lock import Lock
 from .core.semaphore import Semaphore
 
@@ -48,10 +48,14 @@ _SIGNALS = {
 }
 
 
+def _wanted(event_type: EventType) -> bool:
+    signal = _SIGNALS[event_type]
+    # Receivers may be connected for any sender or for one of the two classes.
+    return signal.has_listeners(Lock) or signal.has_listeners(Semaphore)
+
+
 def _send(event: Event) -> None:
     signal = _SIGNALS[event.event]
-    if not signal.has_listeners():
-        return
     signal.send(
         sender=Lock if event.kind == "lock" else Semaphore,
         kind=event.kind,
@@ -67,4 +71,4 @@ def _send(event: Event) -> None:
 
 def connect() -> None:
     """Start turning the core's events into these signals (done by the app's ``ready()``)."""
-    subscribe(_send)
+    subscribe(_send, _wanted)

@@ -42,31 +42,39 @@ class Event:
 
 
 Listener = Callable[[Event], None]
-_listeners: tuple[Listener, ...] = ()
+Wants = Callable[[EventType], bool]
+_listeners: tuple[tuple[Listener, Wants | None], ...] = ()
 _mutex = threading.Lock()
 
 
-def subscribe(listener: Listener) -> None:
-    """Call ``listener(event)`` for every event from now on (once, however often added)."""
+def subscribe(listener: Listener, wants: Wants | None = None) -> None:
+    """Call ``listener(event)`` for every event from now on (once, however often added).
+
+    ``wants(event_type)``, when given, says whether the listener cares about that type of
+    event right now (for instance whether a signal has receivers); events that no listener
+    wants are not even built.
+    """
     global _listeners
     with _mutex:
-        if listener not in _listeners:
-            _listeners = (*_listeners, listener)
+        if all(known != listener for known, _ in _listeners):
+            _listeners = (*_listeners, (listener, wants))
 
 
 def unsubscribe(listener: Listener) -> None:
     global _listeners
     with _mutex:
-        _listeners = tuple(known for known in _listeners if known != listener)
+        _listeners = tuple(entry for entry in _listeners if entry[0] != listener)
 
 
-def listening() -> bool:
-    """Whether anyone listens: callers skip building events nobody receives."""
-    return bool(_listeners)
+def listening(event_type: EventType) -> bool:
+    """Whether anyone wants events of ``event_type``: callers skip building unwanted ones."""
+    return any(wants is None or wants(event_type) for _, wants in _listeners)
 
 
 def emit(event: Event) -> None:
-    for listener in _listeners:
+    for listener, wants in _listeners:
+        if wants is not None and not wants(event.event):
+            continue
         try:
             listener(event)
         except Exception:

@@ -328,7 +328,7 @@ class Primitive(Generic[K]):
         reason: str | None = None,
         retry_after: float | None = None,
     ) -> None:
-        if listening():
+        if listening(event):
             label = self.metadata.get("label")
             emit(
                 Event(

@@ -134,7 +134,7 @@ def force_release(
     released = int(drive(_eval(call), backend)) == RELEASED
     if released:
         logger.warning("force_release: %s %r (holder %s) by %s", kind, name, holder_id, by)
-        if listening():
+        if listening("force_released"):
             emit(Event("force_released", kind, name, holder_id=holder_id, by=by))
     return released
 

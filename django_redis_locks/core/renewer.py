@@ -61,17 +61,20 @@ class Renewer:
         self._entries: dict[int, _Entry] = {}
         self._thread: threading.Thread | None = None
         self._idle_since = time.monotonic()
+        self._wakes_at = 0.0  # when the thread wakes next on its own (0: it is not waiting)
         self.pid = os.getpid()
         self.rounds = 0
 
     def add(self, item: Renewable) -> None:
         """Start renewing ``item`` a third of its TTL from now."""
         with self._cond:
-            self._entries[id(item.hold)] = _Entry(item, time.monotonic() + item.hold.ttl / 3)
+            due = time.monotonic() + item.hold.ttl / 3
+            self._entries[id(item.hold)] = _Entry(item, due)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="drl-renewer", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif due < self._wakes_at:  # else the thread wakes in time anyway: let it sleep
+                self._cond.notify()
 
     def remove(self, hold: Hold) -> None:
         """Stop renewing ``hold`` (no-op if it is not renewed)."""
@@ -91,6 +94,7 @@ class Renewer:
         while True:
             with self._cond:
                 due = self._wait_for_due()
+                self._wakes_at = 0.0  # awake: an add() in the meantime is seen next round
                 if due is None:
                     self._thread = None
                     return
@@ -102,6 +106,7 @@ class Renewer:
             if not self._entries:
                 if now - self._idle_since >= _IDLE_EXIT_SECONDS:
                     return None
+                self._wakes_at = now + _IDLE_EXIT_SECONDS
                 self._cond.wait(_IDLE_EXIT_SECONDS)
                 continue
             if any(entry.next_due <= now for entry in self._entries.values()):
@@ -112,7 +117,9 @@ class Renewer:
                     for entry in self._entries.values()
                     if entry.next_due <= now + entry.item.hold.ttl / 6
                 ]
-            self._cond.wait(min(entry.next_due for entry in self._entries.values()) - now)
+            next_due = min(entry.next_due for entry in self._entries.values())
+            self._wakes_at = next_due
+            self._cond.wait(next_due - now)
 
     def _renew(self, due: Sequence[_Entry]) -> None:
         self.rounds += 1

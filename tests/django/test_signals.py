@@ -80,3 +80,19 @@ def test_force_release_sends_force_released_then_the_holder_learns_lost(received
     assert forced["by"] == "test:operator"
     lost = received[2][2]
     assert lost["holder_id"] == holder_id and lost["reason"]
+
+
+def test_a_receiver_for_one_sender_class_gets_only_its_signals(settings, namespace) -> None:
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "NAMESPACE": namespace}
+    seen: list[str] = []
+
+    def receive(sender: Any, **kwargs: Any) -> None:
+        seen.append(kwargs["name"])
+
+    hold_acquired.connect(receive, sender=Semaphore)
+    try:
+        with Lock("a-lock", timeout=5), Semaphore("a-semaphore", 1, timeout=5):
+            pass
+    finally:
+        hold_acquired.disconnect(receive, sender=Semaphore)
+    assert seen == ["a-semaphore"]
