@@ -55,13 +55,15 @@ end
 local holding = redis.call('ZCARD', KEYS[1])
 local waiting = redis.call('ZCARD', KEYS[2])
 local stored = redis.call('HGET', KEYS[4], 'limit')
-if stored and tonumber(stored) ~= limit and (holding > 0 or waiting > 0) then
-    return {-1, tonumber(stored)}
+if stored ~= ARGV[2] then
+    if stored and (holding > 0 or waiting > 0) then
+        return {-1, tonumber(stored)}
+    end
+    redis.call('HSET', KEYS[4], 'limit', ARGV[2])
 end
-redis.call('HSET', KEYS[4], 'limit', limit)
 
 local free = limit - holding
-local queued = redis.call('ZSCORE', KEYS[2], token)
+local queued = waiting > 0 and redis.call('ZSCORE', KEYS[2], token)
 local ahead = waiting
 if queued then
     ahead = redis.call('ZRANK', KEYS[2], token)

@@ -17,6 +17,9 @@ local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now
         redis.call('ZREM', holders_key, token)
         redis.call('HDEL', info_key, 'h:' .. token)
     end
+    if redis.call('EXISTS', queue_key) == 0 then  -- nobody waits: no lease to look at
+        return #gone
+    end
     local left = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms)
     for _, token in ipairs(left) do
         redis.call('ZREM', leases_key, token)
@@ -41,24 +44,29 @@ end
 -- Make all four keys live as long as the last holder or waiter, or delete them when nobody
 -- holds or waits. Return the last expiry (ms), or nil when the semaphore is gone.
 local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_ms)
-    if redis.call('ZCARD', holders_key) == 0 and redis.call('ZCARD', queue_key) == 0 then
-        redis.call('DEL', holders_key, queue_key, leases_key, info_key)
+    local waiting = redis.call('EXISTS', queue_key) == 1
+    local holder = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
+    if not holder[2] and not waiting then
+        redis.call('DEL', holders_key, info_key)
         return nil
     end
     local last = now_ms
-    local holder = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
     if holder[2] and tonumber(holder[2]) > last then
         last = tonumber(holder[2])
     end
-    local lease = redis.call('ZRANGE', leases_key, -1, -1, 'WITHSCORES')
-    if lease[2] and tonumber(lease[2]) > last then
-        last = tonumber(lease[2])
+    if waiting then
+        local lease = redis.call('ZRANGE', leases_key, -1, -1, 'WITHSCORES')
+        if lease[2] and tonumber(lease[2]) > last then
+            last = tonumber(lease[2])
+        end
     end
     local keep = last - now_ms + SEMAPHORE_GRACE_MS
     redis.call('PEXPIRE', holders_key, keep)
-    redis.call('PEXPIRE', queue_key, keep)
-    redis.call('PEXPIRE', leases_key, keep)
     redis.call('PEXPIRE', info_key, keep)
+    if waiting then
+        redis.call('PEXPIRE', queue_key, keep)
+        redis.call('PEXPIRE', leases_key, keep)
+    end
     return last
 end
 
@@ -66,6 +74,9 @@ end
 -- made a holder here and told so in one message on its process's channel ("<member>#<holder
 -- id>|<ticket>|<ttl ms>"), so that it needs no further round trip. Returns how many.
 local function semaphore_admit(holders_key, queue_key, leases_key, info_key, member, now_ms)
+    if redis.call('EXISTS', queue_key) == 0 then
+        return 0
+    end
     local limit = tonumber(redis.call('HGET', info_key, 'limit') or '0')
     local free = limit - redis.call('ZCARD', holders_key)
     if free <= 0 then
