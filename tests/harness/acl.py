@@ -52,6 +52,7 @@ SCRIPT_COMMANDS = (
     "hset",
     "hdel",
     "del",
+    "exists",
     "pexpire",
     "pttl",
     "zadd",

@@ -247,7 +247,8 @@ def test_on_a_cluster_the_rule_needs_cluster_slots_and_command(redis_cluster: Re
 def logged_in_as(backend: Backend, admin: redis.Redis) -> set[str]:
     """The users that the backend's pooled connections logged in as (by their local ports)."""
     pool = backend.client.connection_pool
-    ports = {c._sock.getsockname()[1] for c in pool._available_connections if c._sock}
+    made = [*getattr(pool, "_connections", ()), *getattr(pool, "_available_connections", ())]
+    ports = {c._sock.getsockname()[1] for c in made if c is not None and c._sock}
     assert ports, "no pooled connection"
     return {c["user"] for c in admin.client_list() if int(c["addr"].rsplit(":")[1]) in ports}
 
