@@ -57,7 +57,14 @@ class Processes:
 class Holder:
     """A ``holder`` worker: sends it commands, collects its JSON events as they come."""
 
-    def __init__(self, processes: Processes, command: Sequence[str], prefix: Sequence[str] = ()):
+    def __init__(
+        self,
+        processes: Processes,
+        command: Sequence[str],
+        prefix: Sequence[str] = (),
+        *,
+        wait_held: bool = True,
+    ) -> None:
         self.process = processes.start(
             command,
             prefix,
@@ -69,7 +76,7 @@ class Holder:
         self.seen: list[dict[str, Any]] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.held = self.wait_for("held", timeout=30)
+        self.held = self.wait_for("held", timeout=30) if wait_held else {}
 
     @property
     def pid(self) -> int:
@@ -96,6 +103,13 @@ class Holder:
                 raise AssertionError(f"worker {self.pid}: no {event!r} within {timeout} s {stderr}")
             with contextlib.suppress(queue.Empty):
                 self.seen.append(self.events.get(timeout=left))
+
+    def poll(self, event: str, timeout: float) -> dict[str, Any] | None:
+        """Like :meth:`wait_for`, but None when no such event came within ``timeout``."""
+        try:
+            return self.wait_for(event, timeout)
+        except AssertionError:
+            return None
 
     def ask(self, command: str, timeout: float = 30) -> dict[str, Any]:
         """Send one command; its answer (``ok``, ``error``)."""

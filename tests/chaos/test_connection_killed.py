@@ -137,7 +137,7 @@ def test_the_wakeup_listener_reconnects_and_a_waiter_is_still_woken(
     holder = Lock("wake", client=backend, timeout=10)
     waiter = Lock("wake", client=backend, timeout=10)
     member = holder._keys_for(backend).member
-    channel = backend.keys.channel
+    channel = backend.hub().channel  # this process's wake-up channel
     latencies: list[float] = []
     for _ in range(5):
         assert holder.acquire()

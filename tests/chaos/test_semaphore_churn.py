@@ -7,11 +7,17 @@ them share whatever their own says. A fault thread picks a random current holder
 the semaphore's holder list) and kills or stops it; a killed worker's share is done by a new
 process; a stopped one is continued and must find its slot gone.
 
-Pass rule: a sweep over the hold intervals never finds more than ``LIMIT`` holders at once (a
-killed or stopped holder's interval lasts until its TTL minus ``GRACE``, the latency between
-the grant and the log line); every hold caught by a stop ends with ``LockLost`` on release,
-and only those do; the slot of each faulted hold comes back (``LIMIT`` others live at once)
-within a second of its TTL; at the end nothing is held and the semaphore's keys are gone.
+Pass rule: a sweep over the hold intervals never finds more than ``LIMIT`` holders at once
+(a killed or stopped holder's interval lasts until its TTL minus ``GRACE``, the latency
+between the grant and the log line); no hold caught by a stop ends in a successful release
+(it gets ``LockLost``, or is killed before it could release), and only stopped workers see
+``LockLost``; the slot of each faulted hold comes back (``LIMIT`` others live at once) within
+a second of its TTL; at the end nothing is held and the semaphore's keys are gone.
+
+Until the stale hand-over bug (see test_stale_handover.py) is fixed, this scenario fails now
+and then (about 1 run in 10 here): a worker stopped while *waiting* is admitted while
+stopped, and once continued its ``acquire()`` returns True for a slot that ran out meanwhile,
+so the sweep finds ``LIMIT + 1`` holders.
 """
 
 from __future__ import annotations
@@ -154,8 +160,12 @@ def test_semaphore_churn_with_killed_stopped_and_skewed_holders_never_exceeds_th
             candidates = [h.pid for h in semaphore.holders() if h.pid and h.pid in running]
             if not candidates:
                 continue
-            pid, action = rng.choice(candidates), plan.pop()
-            os.kill(pid, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+            pid, action = rng.choice(candidates), plan[-1]
+            try:
+                os.kill(pid, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+            except ProcessLookupError:
+                continue  # it ended its share since it was listed
+            plan.pop()
             faults.append(Fault(action, pid, server_now()))
             if action == "stop":
                 with mutex:
@@ -239,6 +249,8 @@ def test_semaphore_churn_with_killed_stopped_and_skewed_holders_never_exceeds_th
         lost_on_release=len(lost),
         peak_concurrency=peak,
         slot_back_after_ttl_s=[round(d, 3) for d in sorted(reclaims)],
+        fault_log=[(f.action, f.pid, round(f.at, 3)) for f in faults],
+        caught_by_stops=[(i.who, round(i.start, 3), round(i.end, 3), i.how) for i in caught],
         held_at_the_end=left,
         keys_left=keys_left,
     )
@@ -249,6 +261,7 @@ def test_semaphore_churn_with_killed_stopped_and_skewed_holders_never_exceeds_th
     assert len(intervals) == WORKERS * SHARE  # every hold logged once, however it ended
     assert faults, "no fault was injected"
     assert all(i.who in {str(p) for p in stopped_pids} for i in lost)
-    assert all(i.how == "lost" for i in caught), "a stopped holder released a lost slot"
+    # (lost on release, or killed after it was continued, before it could release)
+    assert all(i.how != "released" for i in caught), "a stopped holder released a lost slot"
     assert all(d <= 1.0 for d in isolated), "a faulted holder's slot did not come back"
     assert left == 0 and not keys_left

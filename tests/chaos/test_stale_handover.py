@@ -1,0 +1,122 @@
+"""A waiter stopped (SIGSTOP) while a release hands it the lock (or admits it to a
+semaphore), continued after the hold it was handed has run out and someone else has taken it.
+
+Pass rule: its ``acquire()`` does not return True while the other holder holds the lock or
+the only slot (no double grant), and when it does return, its fence is larger.
+
+BUG (found by scenario 8, reproduced here): both fail. A hand-over arrives as a wake-up
+message; ``Primitive._acquire_steps`` trusts it and records the hold as started
+``HANDOVER_MARGIN`` (50 ms) before the message was read, however long ago the release made
+the grant. A waiter that was stopped (or starved) around the hand-over for longer than the
+TTL therefore returns True from ``acquire()`` with a full TTL left by its local estimate, for
+a hold that ran out in Redis and that another process holds by now (with a larger fence, so
+fenced writes are still refused). A payload left in a waiter after a timed-out wait is
+consumed by a later wait the same way. The tests are marked xfail(strict=True): they fail
+today, and turn into failures as XPASS once the bug is fixed, so that the mark is removed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from django_redis_locks.core import Backend, Lock, Semaphore
+from django_redis_locks.inspect import get_lock, get_semaphore
+from tests.chaos.processes import Holder, Processes, worker_command
+from tests.harness.servers import wait_until
+
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.xfail(
+        strict=True,
+        raises=AssertionError,
+        reason="bug: a hand-over read after the waiter stalled past the TTL is trusted",
+    ),
+]
+
+TTL = 1.0
+
+
+def test_a_waiter_stopped_while_handed_the_lock_does_not_believe_it_holds_it_later(
+    processes: Processes,
+    redis_server: Any,
+    redis_client: redis.Redis,
+    namespace: str,
+    figures: dict[str, Any],
+) -> None:
+    backend = Backend(redis_client, namespace=namespace)
+    first = Lock("handed", client=backend, timeout=30)
+    assert first.acquire()
+    waiter = Holder(
+        processes,
+        worker_command("holder", url=redis_server.url, namespace=namespace, name="handed", ttl=TTL),
+        wait_held=False,
+    )
+    queue = first._keys_for(backend).queue
+    wait_until(lambda: redis_client.zcard(queue) == 1, timeout=10, what="the waiter queued")
+    waiter.pause()
+    first.release()  # hands the lock to the stopped waiter
+    info = get_lock("handed", client=backend)
+    assert info is not None and info.pid == waiter.pid
+    wait_until(
+        lambda: get_lock("handed", client=backend) is None,
+        timeout=TTL * 3,
+        what="the handed-over hold to run out",
+    )
+    second = Lock("handed", client=backend, timeout=30)
+    assert second.acquire(blocking=False)
+    waiter.resume()
+    early = waiter.poll("held", timeout=2 * Lock.recheck_seconds + 0.5)
+    figures.update(
+        second_fence=second.fence,
+        waiter_held_while_the_second_held=early is not None,
+        waiter_fence=early["fence"] if early else None,
+    )
+    assert early is None, f"acquire() returned while another holder held the lock: {early}"
+    second.release()
+    held = waiter.wait_for("held", timeout=10)
+    assert held["fence"] > (second.fence or 0)
+
+
+def test_a_waiter_stopped_while_admitted_to_a_semaphore_does_not_believe_it_holds_a_slot_later(
+    processes: Processes,
+    redis_server: Any,
+    redis_client: redis.Redis,
+    namespace: str,
+    figures: dict[str, Any],
+) -> None:
+    backend = Backend(redis_client, namespace=namespace)
+    first = Semaphore("admitted", 1, client=backend, timeout=30)
+    assert first.acquire()
+    waiter = Holder(
+        processes,
+        worker_command(
+            "holder",
+            url=redis_server.url,
+            namespace=namespace,
+            name="admitted",
+            ttl=TTL,
+            kind="semaphore",
+            limit=1,
+        ),
+        wait_held=False,
+    )
+    queue = first._keys_for(backend).queue
+    wait_until(lambda: redis_client.zcard(queue) == 1, timeout=10, what="the waiter queued")
+    waiter.pause()
+    first.release()  # admits the stopped waiter
+    wait_until(
+        lambda: get_semaphore("admitted", client=backend) is None,
+        timeout=TTL * 3,
+        what="the admitted waiter's slot to run out",
+    )
+    second = Semaphore("admitted", 1, client=backend, timeout=30)
+    assert second.acquire(blocking=False)
+    waiter.resume()
+    early = waiter.poll("held", timeout=2 * Semaphore.recheck_seconds + 0.5)
+    figures.update(waiter_held_while_the_second_held=early is not None)
+    assert early is None, f"acquire() returned while the only slot was held: {early}"
+    second.release()
+    waiter.wait_for("held", timeout=10)
