@@ -79,6 +79,21 @@ def _async_retry() -> redis.asyncio.retry.Retry:
     )
 
 
+# Pools that make a call wait for a free connection when all are in use (untyped in redis-py).
+_SyncBlockingPool: Any = redis.BlockingConnectionPool
+_AsyncBlockingPool: Any = redis.asyncio.BlockingConnectionPool
+
+
+def _blocking_pool(pool_class: Any, template: Any, kwargs: dict[str, Any], **more: Any) -> Any:
+    """A pool of ``pool_class`` as large as the ``template`` pool, whose calls wait for a free
+    connection, as long as the template would wait if it blocks, else a socket timeout."""
+    blocks = isinstance(template, _SyncBlockingPool | _AsyncBlockingPool)
+    wait = template.timeout if blocks else None
+    if wait is None:
+        wait = kwargs.get("socket_timeout")
+    return pool_class(max_connections=template.max_connections, timeout=wait, **more, **kwargs)
+
+
 def bounded_client(client: Any) -> Any:
     """A client on the same server as ``client`` whose calls fail within one socket timeout.
 
@@ -87,6 +102,11 @@ def bounded_client(client: Any) -> Any:
     pool this returns a sibling client with the same settings and a bounded retry policy, on
     its own pool (lock traffic then never waits for cache traffic). Other clients (Sentinel,
     Cluster, custom pools) are returned unchanged: their own retry settings apply.
+
+    The sibling's pool has the same size but blocks when full: a call waits (up to a socket
+    timeout) for a free connection instead of failing with "Too many connections" (redis-py's
+    pools hold 100 connections by default), so a thousand callers blocked in one process
+    share the pool's connections.
     """
     if type(client) is not redis.Redis:
         return client
@@ -98,8 +118,8 @@ def bounded_client(client: Any) -> Any:
     kwargs = _portable(pool.connection_kwargs)
     kwargs["retry"] = _sync_retry()
     kwargs.pop("retry_on_timeout", None)
-    new_pool = type(pool)(
-        connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
+    new_pool = _blocking_pool(
+        _SyncBlockingPool, pool, kwargs, connection_class=pool.connection_class
     )
     return redis.Redis.from_pool(new_pool)
 
@@ -150,9 +170,10 @@ def derive_async(client: Any) -> Any:
         connection_class = _twin_class(pool.connection_class, to_async=True)
         kwargs["retry"] = _async_retry()
         kwargs.pop("retry_on_timeout", None)
-        # from_pool: the client owns the pool, so closing the client closes its connections
+        # from_pool: the client owns the pool, so closing the client closes its connections;
+        # a full pool makes calls wait for a connection (see bounded_client)
         return redis.asyncio.Redis.from_pool(
-            redis.asyncio.ConnectionPool(connection_class=connection_class, **kwargs)
+            _blocking_pool(_AsyncBlockingPool, pool, kwargs, connection_class=connection_class)
         )
     raise LockConfigurationError(
         f"expected a redis-py Redis or RedisCluster client, got {type(client).__name__}"
@@ -176,7 +197,7 @@ def derive_sync(client: Any) -> Any:
         kwargs["retry"] = _sync_retry()
         kwargs.pop("retry_on_timeout", None)
         return redis.Redis.from_pool(
-            redis.ConnectionPool(connection_class=connection_class, **kwargs)
+            _blocking_pool(_SyncBlockingPool, pool, kwargs, connection_class=connection_class)
         )
     raise LockConfigurationError(
         f"expected a redis-py asyncio Redis or RedisCluster client, got {type(client).__name__}"

@@ -13,6 +13,7 @@ from django_redis_locks.core import Backend
 from django_redis_locks.core import lock_protocol as protocol
 from django_redis_locks.core.replies import Contended
 from django_redis_locks.inspect import get_lock
+from tests.harness.acl import silent_channel
 from tests.harness.servers import wait_until
 
 
@@ -94,7 +95,9 @@ def test_a_try_never_overtakes_a_queued_waiter_and_a_dead_ones_place_runs_out(
     short = Lock("fair", client=backend, timeout=0.2)
     assert short.acquire()
     # A waiter that queued and never comes back: its place lasts 0.5 s.
-    call = protocol.acquire_call(keys, "ghost-token", 10_000, "{}", queue=True, lease_ms=500)
+    call = protocol.acquire_call(
+        keys, "ghost-token", 10_000, "{}", queue=True, lease_ms=500, channel=silent_channel(backend)
+    )
     reply = protocol.decode_acquire(backend.client.evalsha(*call.evalsha_args()))
     assert isinstance(reply, Contended) and reply.position == 1
     wait_until(lambda: not short.locked(), timeout=5, what="the holder to expire")
@@ -154,7 +157,9 @@ def test_a_dead_waiter_handed_the_lock_blocks_only_until_its_ttl(backend: Backen
     holder = Lock("orphan", client=backend, timeout=10, slice_seconds=0)
     assert holder.acquire()
     # A waiter that queued with a 0.5 s TTL, then died with its place still valid.
-    call = protocol.acquire_call(keys, "dead-token", 500, "{}", queue=True, lease_ms=5000)
+    call = protocol.acquire_call(
+        keys, "dead-token", 500, "{}", queue=True, lease_ms=5000, channel=silent_channel(backend)
+    )
     backend.client.evalsha(*call.evalsha_args())
     holder.release()  # hands the lock to the dead waiter
     successor = Lock("orphan", client=backend, timeout=5)

@@ -29,6 +29,7 @@ from django_redis_locks.core.holds import holder_id
 from django_redis_locks.core.replies import Acquired, Contended
 from django_redis_locks.core.semaphore import MAX_LIMIT
 from django_redis_locks.inspect import SemaphoreInfo, get_semaphore
+from tests.harness.acl import silent_channel
 from tests.harness.servers import wait_until
 
 SYNC_TWINS = ["acquire", "release", "refresh", "held", "count", "holders", "ensure_held"]
@@ -171,7 +172,14 @@ def test_a_release_hands_the_slot_to_the_queued_waiter_not_to_a_latecomer(
     assert holder.acquire()
     # A waiter that queued (its place lasts 5 s) and sleeps until told.
     queued = protocol.acquire_call(
-        keys, "queued-token", 1, 2_000, "{}", queue=True, lease_ms=5_000, channel="unused"
+        keys,
+        "queued-token",
+        1,
+        2_000,
+        "{}",
+        queue=True,
+        lease_ms=5_000,
+        channel=silent_channel(backend),
     )
     reply = protocol.decode_acquire(backend.client.evalsha(*queued.evalsha_args()))
     assert isinstance(reply, Contended) and reply.position == 1
@@ -188,7 +196,14 @@ def test_a_queued_waiter_that_does_not_come_back_loses_its_place(backend: Backen
     holder = Semaphore("lapsed", 1, client=backend, timeout=10)
     assert holder.acquire()
     queued = protocol.acquire_call(
-        keys, "gone-token", 1, 10_000, "{}", queue=True, lease_ms=300, channel="unused"
+        keys,
+        "gone-token",
+        1,
+        10_000,
+        "{}",
+        queue=True,
+        lease_ms=300,
+        channel=silent_channel(backend),
     )
     backend.client.evalsha(*queued.evalsha_args())
     assert waiting(backend, "lapsed") == 1

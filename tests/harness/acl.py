@@ -39,6 +39,8 @@ __all__ = [
     "denials",
     "deployment_rule",
     "library_user",
+    "namespace_user",
+    "silent_channel",
     "unrestricted_url",
 ]
 
@@ -164,3 +166,9 @@ def unrestricted_url(url: str) -> str:
         return url
     netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def silent_channel(backend: Any) -> str:
+    """A wake-up channel of ``backend``'s namespace that nobody listens on, for waiters that
+    tests queue with raw script calls (the ACL mode allows the namespace's channels only)."""
+    return f"{backend.keys.channel}:nobody"
