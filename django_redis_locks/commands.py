@@ -15,6 +15,7 @@ or fail (exit 1).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -49,6 +50,9 @@ POLICIES: tuple[Policy, ...] = ("wait", "skip", "fail")
 #: Longest argv recorded in a slot's metadata (arguments, and characters per argument).
 _MAX_ARGV_ITEMS = 32
 _MAX_ARG_CHARS = 64
+#: ... and in all, as JSON: half of the slot's 4 KB of metadata (non-ASCII and control
+#: characters take up to 12 bytes each there, so the counts above alone do not bound it).
+_MAX_ARGV_JSON_BYTES = 2048
 #: Name of the core's threads that clean up after an interrupted call (core.driver).
 _Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | None
 
@@ -241,7 +245,7 @@ class SemaphoreCommandMixin(_CommandBase):
         """Metadata stored with the slot and shown in listings: ``label`` and ``argv``.
 
         Override it to leave out arguments that must not be shown (the command line is
-        recorded as given, shortened to 32 arguments of 64 characters).
+        recorded as given, shortened to 32 arguments of 64 characters and 2 KB as JSON).
         """
         argv = self._semaphore_argv
         if argv is None:  # call_command(): no command line of its own
@@ -252,8 +256,10 @@ class SemaphoreCommandMixin(_CommandBase):
             arg if len(arg) <= _MAX_ARG_CHARS else arg[: _MAX_ARG_CHARS - 3] + "..."
             for arg in argv[:_MAX_ARGV_ITEMS]
         ]
-        if len(argv) > _MAX_ARGV_ITEMS:
-            shortened.append(f"... ({len(argv) - _MAX_ARGV_ITEMS} more)")
+        while shortened and len(json.dumps(shortened)) > _MAX_ARGV_JSON_BYTES:
+            shortened.pop()
+        if len(argv) > len(shortened):
+            shortened.append(f"... ({len(argv) - len(shortened)} more)")
         return {"label": self.semaphore_label(), "argv": shortened}
 
     def semaphore_config(self, options: Mapping[str, Any]) -> SemaphoreConfig:
