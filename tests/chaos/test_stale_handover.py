@@ -39,6 +39,12 @@ pytestmark = [
 TTL = 1.0
 
 
+def subscribed(client: redis.Redis, namespace: str) -> bool:
+    """Whether a process listens for wake-ups of the namespace: a waiter stopped before its
+    listener subscribed never hears of the hand-over (its first try queues before that)."""
+    return bool(client.pubsub_channels(f"{namespace}:wake*"))
+
+
 def test_a_waiter_stopped_while_handed_the_lock_does_not_believe_it_holds_it_later(
     processes: Processes,
     redis_server: Any,
@@ -55,7 +61,11 @@ def test_a_waiter_stopped_while_handed_the_lock_does_not_believe_it_holds_it_lat
         wait_held=False,
     )
     queue = first._keys_for(backend).queue
-    wait_until(lambda: redis_client.zcard(queue) == 1, timeout=10, what="the waiter queued")
+    wait_until(
+        lambda: redis_client.zcard(queue) == 1 and subscribed(redis_client, namespace),
+        timeout=10,
+        what="the waiter queued and listening",
+    )
     waiter.pause()
     first.release()  # hands the lock to the stopped waiter
     info = get_lock("handed", client=backend)
@@ -104,7 +114,11 @@ def test_a_waiter_stopped_while_admitted_to_a_semaphore_does_not_believe_it_hold
         wait_held=False,
     )
     queue = first._keys_for(backend).queue
-    wait_until(lambda: redis_client.zcard(queue) == 1, timeout=10, what="the waiter queued")
+    wait_until(
+        lambda: redis_client.zcard(queue) == 1 and subscribed(redis_client, namespace),
+        timeout=10,
+        what="the waiter queued and listening",
+    )
     waiter.pause()
     first.release()  # admits the stopped waiter
     wait_until(
