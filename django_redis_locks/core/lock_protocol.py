@@ -76,7 +76,9 @@ def acquire_call(
 def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended:
     if int(reply[0]) == 1:
         return decode_acquired(reply)
-    return Contended(holder_ttl_ms=int(reply[1]), position=int(reply[2]))
+    return Contended(
+        holder_ttl_ms=int(reply[1]), position=int(reply[2]), server_now_ms=int(reply[3])
+    )
 
 
 def release_call(keys: LockKeys, token: str, *, forced: bool = False) -> Call:

@@ -45,7 +45,7 @@ from .renewer import renewer
 from .scripting import Call
 from .validation import check_bool, check_name, check_ttl, check_wait
 
-__all__ = ["HANDOVER_MARGIN", "WAITER_LEASE_SECONDS", "Outcome", "Primitive", "Request"]
+__all__ = ["HANDOVER_TRUST", "WAITER_LEASE_SECONDS", "Outcome", "Primitive", "Request"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +53,10 @@ logger = logging.getLogger(__name__)
 #: ask at least every ``recheck_seconds``; one that crashed or stalled longer than this loses
 #: its place (and takes a new one at the back when it asks again).
 WAITER_LEASE_SECONDS = 5.0
-#: A hold handed over by a release is taken to have started this long before its wake-up
-#: arrived, so the local expiry estimate stays on the safe side of the server's.
-HANDOVER_MARGIN = 0.05
+#: A hold handed over by a release is trusted without a round trip only while more than this
+#: share of its TTL is left by the local estimate (which dates the grant from the server's
+#: clock, on the safe side); an older hand-over is checked with the next attempt.
+HANDOVER_TRUST = 0.5
 
 
 class _Keys(Protocol):
@@ -375,6 +376,10 @@ class Primitive(Generic[K]):
         deadline = None if wait is None else time.monotonic() + wait
         waiter = None
         attempting = queued = False
+        # Server clock minus local monotonic clock, from the last refusal: it dates a
+        # hand-over. Taken with the local time the request was sent, so a grant is dated no
+        # later than it happened (and a hold's end estimated no later than its real end).
+        offset: float | None = None
         try:
             if blocking and request.backend.hub().ready:
                 # The process listens already: register at once, so that a release between
@@ -389,6 +394,8 @@ class Primitive(Generic[K]):
                     self._grant(request, result, started)
                     return Outcome(True)
                 queued = queued or result.position > 0
+                if result.server_now_ms is not None:
+                    offset = result.server_now_ms / 1000 - started
                 holder_left = result.holder_ttl_ms / 1000 if result.holder_ttl_ms >= 0 else None
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if not blocking or (remaining is not None and remaining <= 0):
@@ -401,16 +408,12 @@ class Primitive(Generic[K]):
                     # Register before the next attempt, so no release can slip in between.
                     waiter = yield Listen(self._wake_message(request), min(remaining or 1.0, 1.0))
                     continue
-                pause = self.recheck_seconds
-                if holder_left is not None:
-                    pause = min(pause, max(holder_left, 0.001))
-                if remaining is not None:
-                    pause = min(pause, remaining)
+                pause = self._pause(holder_left, remaining)
                 handed = yield from self._wait_turn(waiter, pause, remaining)
-                if handed is not None:
-                    # The release made this waiter the holder: no further round trip. Its TTL
-                    # ran from the hand-over, a moment before the wake-up arrived.
-                    self._grant(request, handed, time.monotonic() - HANDOVER_MARGIN)
+                granted = _trusted(handed, offset)
+                if handed is not None and granted is not None:
+                    # The release made this waiter the holder: no further round trip.
+                    self._grant(request, handed, granted)
                     return Outcome(True)
         except LockBackendError:
             if attempting:
@@ -428,6 +431,16 @@ class Primitive(Generic[K]):
         finally:
             if waiter is not None:
                 waiter.close()
+
+    def _pause(self, holder_left: float | None, remaining: float | None) -> float:
+        """How long to wait for a wake-up before trying again: a re-check, no longer than the
+        holder's remaining TTL nor the time left to wait."""
+        pause = self.recheck_seconds
+        if holder_left is not None:
+            pause = min(pause, max(holder_left, 0.001))
+        if remaining is not None:
+            pause = min(pause, remaining)
+        return pause
 
     def _wait_turn(
         self, waiter: Any, pause: float, remaining: float | None
@@ -554,6 +567,20 @@ class _Renewal:
         if self._primitive() is None:
             return f"{self._label} was garbage-collected while held"
         return None
+
+
+def _trusted(handed: replies.Acquired | None, offset: float | None) -> float | None:
+    """The local time a hand-over was granted, if it can be trusted without a round trip.
+
+    Not when the news comes late (the waiter was stopped or starved after the grant) and
+    less than HANDOVER_TRUST of the TTL may be left: then the next attempt tells whether the
+    hold is still there.
+    """
+    if handed is None or offset is None:
+        return None
+    granted = handed.server_now_ms / 1000 - offset
+    left = granted + handed.ttl_ms / 1000 - time.monotonic()
+    return granted if left > handed.ttl_ms / 1000 * HANDOVER_TRUST else None
 
 
 def _owner_kind() -> str:

@@ -44,7 +44,8 @@ class Contended:
     """No grant. ``holder_ttl_ms``: until the (first) holder expires (-1: no expiry known)."""
 
     holder_ttl_ms: int
-    position: int = 0  # semaphores: 1-based place in the queue (0: not queued)
+    position: int = 0  # 1-based place in the queue (0: not queued)
+    server_now_ms: int | None = None
 
 
 def decode_acquired(reply: Sequence[Any]) -> Acquired:
@@ -57,13 +58,16 @@ def decode_acquired(reply: Sequence[Any]) -> Acquired:
 
 
 def decode_handover(payload: str) -> Acquired | float:
-    """What a wake-up message says (see :mod:`.wakeup`): "<fence or ticket>|<ttl ms>", the
-    hold was handed over (an Acquired); "0|<ms>", the lock stays kept for its holder's slice
-    that long (the seconds to wait before trying)."""
-    fence, _, number = payload.partition("|")
-    if int(fence) == 0:
-        return int(number) / 1000
-    return Acquired(fence=int(fence), ttl_ms=int(number), server_now_ms=0, retried=False)
+    """What a wake-up message says (see :mod:`.wakeup`): "<fence or ticket>|<ttl ms>|<granted
+    at, server ms>", the hold was handed over (an Acquired whose ``server_now_ms`` is the
+    grant's time); "0|<ms>", the lock stays kept for its holder's slice that long (the
+    seconds to wait before trying)."""
+    parts = payload.split("|")
+    if int(parts[0]) == 0:
+        return int(parts[1]) / 1000
+    return Acquired(
+        fence=int(parts[0]), ttl_ms=int(parts[1]), server_now_ms=int(parts[2]), retried=False
+    )
 
 
 def decode_renewal(reply: Sequence[Any]) -> int | None:

@@ -79,7 +79,9 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | LimitMismatch
     if code == 1:
         return decode_acquired(reply)
     if code == 0:
-        return Contended(holder_ttl_ms=int(reply[1]), position=int(reply[2]))
+        return Contended(
+            holder_ttl_ms=int(reply[1]), position=int(reply[2]), server_now_ms=int(reply[3])
+        )
     return LimitMismatch(stored_limit=int(reply[1]))
 
 

@@ -37,8 +37,8 @@ logger = logging.getLogger(__name__)
 _POLL_SECONDS = 1.0
 #: The listener unsubscribes and ends after this long without waiters.
 _IDLE_EXIT_SECONDS = 30.0
-#: A wake-up message carrying a hand-over: "<waiter key>|<fence or ticket>|<ttl ms>".
-_HANDOVER = re.compile(r"(.*#[0-9a-f]{16})\|(\d+\|\d+)", re.DOTALL)
+#: A wake-up message carrying news: "<waiter key>|<number>|<number>[|<number>]".
+_HANDOVER = re.compile(r"(.*#[0-9a-f]{16})\|(\d+\|\d+(?:\|\d+)?)", re.DOTALL)
 
 
 def split_message(data: str) -> tuple[str, str]:

@@ -24,7 +24,8 @@
 --   {1, fence, ttl_ms, now_ms, 1}  already held with this very token (a retried acquire whose
 --                                  first reply was lost, or a hand-over not yet heard of):
 --                                  nothing written
---   {0, holder_ttl_ms, position}   not acquired: holder_ttl_ms is how long the holder (or a
+--   {0, holder_ttl_ms, position, now_ms}
+--                                  not acquired: holder_ttl_ms is how long the holder (or a
 --                                  slice's reservation) keeps it, -1 when it is free but due to
 --                                  an earlier waiter; position is the 1-based place in the
 --                                  queue (0: not queued)
@@ -82,4 +83,4 @@ if ARGV[6] == 'queue' then
         ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. ARGV[11] .. ' '
         .. ARGV[3])
 end
-return {0, holder_ttl, position}
+return {0, holder_ttl, position, now_ms}

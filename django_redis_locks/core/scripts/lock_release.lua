@@ -10,9 +10,9 @@
 -- ARGV[1]  the holder's token, or with ARGV[4] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  registry member ("lock:<name>"); wake-up messages, published on the waiter's own
---          channel, are "<member>#<holder id>", followed by "|<fence>|<ttl ms>" when the
---          lock was handed over, or by "|0|<ms>" when it stays kept for the releasing
---          session's slice that long
+--          channel, are "<member>#<holder id>", followed by "|<fence>|<ttl ms>|<granted at,
+--          server ms>" when the lock was handed over, or by "|0|<ms>" when it stays kept for
+--          the releasing session's slice that long
 -- ARGV[3]  retention in milliseconds: how long the fence outlives the hold
 -- ARGV[4]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
 --
@@ -76,7 +76,7 @@ elseif head then
         local fence = lock_grant(KEYS[1], head, ttl, meta, now_ms, now_us, tonumber(ARGV[3]),
             held[4], session, now_ms + tonumber(slice))
         registry_set(KEYS[4], KEYS[5], ARGV[2], now_ms + ttl, now_ms, false)
-        wake = wake .. '|' .. fence .. '|' .. ttl
+        wake = wake .. '|' .. fence .. '|' .. ttl .. '|' .. now_ms
     else
         redis.call('HSET', KEYS[1], 'expires', '0')
         registry_remove(KEYS[4], KEYS[5], ARGV[2], now_ms)

@@ -22,7 +22,7 @@
 --   {1, ticket, ttl_ms, now_ms, 0}   admitted
 --   {1, ticket, pttl_ms, now_ms, 1}  already a holder with this very token (a retried acquire
 --                                    whose first reply was lost): nothing written
---   {0, wait_ms, position}           not admitted: wait_ms is the time until the first
+--   {0, wait_ms, position, now_ms}   not admitted: wait_ms is the time until the first
 --                                    holder's TTL runs out (-1: no holder); position is the
 --                                    1-based place in the queue (0: not queued)
 --   {-1, stored_limit}               the semaphore is in use with another limit: nothing
@@ -104,4 +104,4 @@ local wait_ms = -1
 if first[2] then
     wait_ms = tonumber(first[2]) - now_ms
 end
-return {0, wait_ms, position}
+return {0, wait_ms, position, now_ms}

@@ -72,7 +72,8 @@ end
 
 -- Admit as many queued waiters, first come first served, as there are free slots: each is
 -- made a holder here and told so in one message on its process's channel ("<member>#<holder
--- id>|<ticket>|<ttl ms>"), so that it needs no further round trip. Returns how many.
+-- id>|<ticket>|<ttl ms>|<granted at, server ms>"), so that it needs no further round trip.
+-- Returns how many.
 local function semaphore_admit(holders_key, queue_key, leases_key, info_key, member, now_ms)
     if redis.call('EXISTS', queue_key) == 0 then
         return 0
@@ -96,7 +97,7 @@ local function semaphore_admit(holders_key, queue_key, leases_key, info_key, mem
             string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. meta)
         if channel ~= '-' then
             redis.call('PUBLISH', channel, member .. '#' .. string.sub(redis.sha1hex(token), 1, 16)
-                .. '|' .. ticket .. '|' .. ttl)
+                .. '|' .. ticket .. '|' .. ttl .. '|' .. now_ms)
         end
     end
     return #first / 2
