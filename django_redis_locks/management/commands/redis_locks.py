@@ -313,22 +313,34 @@ def _when(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _shown(text: str) -> str:
+    """``text`` for a terminal: control and format characters (which holders' metadata may
+    contain) escaped as ``\\x1b``, ``\\u202e``..., so that they cannot move the cursor, clear
+    or retitle the screen, or reorder what is shown."""
+    if text.isprintable():
+        return text
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
+
+
 def _who(hold: HolderInfo) -> str:
-    parts = [f"host {hold.host or '?'}", f"pid {hold.pid if hold.pid is not None else '?'}"]
+    parts = [f"host {_shown(hold.host or '?')}", f"pid {hold.pid if hold.pid is not None else '?'}"]
     if hold.label:
-        parts.append(hold.label)
+        parts.append(_shown(hold.label))
     return ", ".join(parts)
 
 
 def _cells(hold: HolderInfo, slots: str) -> list[str]:
     return [
         hold.kind,
-        hold.name,
+        _shown(hold.name),
         hold.holder_id,
-        hold.host or "-",
+        _shown(hold.host or "-"),
         "-" if hold.pid is None else str(hold.pid),
-        hold.task or hold.thread or "-",
-        hold.label or "-",
+        _shown(hold.task or hold.thread or "-"),
+        _shown(hold.label or "-"),
         _when(hold.acquired_at),
         f"{hold.ttl:.1f}s",
         slots,
@@ -344,7 +356,7 @@ def _semaphore_rows(semaphore: SemaphoreInfo) -> list[list[str]]:
     if semaphore.waiting:
         slots += f" +{semaphore.waiting} waiting"
     if not semaphore.holders:
-        return [["semaphore", semaphore.name, *["-"] * 7, slots]]
+        return [["semaphore", _shown(semaphore.name), *["-"] * 7, slots]]
     return [_cells(holder, slots) for holder in semaphore.holders]
 
 
@@ -362,10 +374,10 @@ def _holder_block(hold: HolderInfo) -> str:
     extra = {key: value for key, value in hold.metadata.items() if key not in shown}
     lines = [
         ("holder", hold.holder_id),
-        ("host", hold.host or "-"),
+        ("host", _shown(hold.host or "-")),
         ("pid", "-" if hold.pid is None else str(hold.pid)),
-        ("thread/task", hold.task or hold.thread or "-"),
-        ("label", hold.label or "-"),
+        ("thread/task", _shown(hold.task or hold.thread or "-")),
+        ("label", _shown(hold.label or "-")),
         ("acquired at", f"{_when(hold.acquired_at)} UTC"),
         ("expires in", f"{hold.ttl:.1f}s (at {_when(hold.expires_at)} UTC)"),
     ]
