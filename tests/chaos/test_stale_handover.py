@@ -4,15 +4,9 @@ semaphore), continued after the hold it was handed has run out and someone else 
 Pass rule: its ``acquire()`` does not return True while the other holder holds the lock or
 the only slot (no double grant), and when it does return, its fence is larger.
 
-BUG (found by scenario 8, reproduced here): both fail. A hand-over arrives as a wake-up
-message; ``Primitive._acquire_steps`` trusts it and records the hold as started
-``HANDOVER_MARGIN`` (50 ms) before the message was read, however long ago the release made
-the grant. A waiter that was stopped (or starved) around the hand-over for longer than the
-TTL therefore returns True from ``acquire()`` with a full TTL left by its local estimate, for
-a hold that ran out in Redis and that another process holds by now (with a larger fence, so
-fenced writes are still refused). A payload left in a waiter after a timed-out wait is
-consumed by a later wait the same way. The tests are marked xfail(strict=True): they fail
-today, and turn into failures as XPASS once the bug is fixed, so that the mark is removed.
+Found by scenario 8: a hand-over arrives as a wake-up message, and a waiter used to trust it
+however late it read it. Now the message carries the grant's server time, the waiter dates it
+with its clock offset, and a hand-over read too late is checked with a further attempt.
 """
 
 from __future__ import annotations
@@ -27,14 +21,7 @@ from django_redis_locks.inspect import get_lock, get_semaphore
 from tests.chaos.processes import Holder, Processes, worker_command
 from tests.harness.servers import wait_until
 
-pytestmark = [
-    pytest.mark.chaos,
-    pytest.mark.xfail(
-        strict=True,
-        raises=AssertionError,
-        reason="bug: a hand-over read after the waiter stalled past the TTL is trusted",
-    ),
-]
+pytestmark = pytest.mark.chaos
 
 TTL = 1.0
 
