@@ -14,7 +14,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.harness.servers import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _state(pid: int) -> str | None:
+    """The one-letter Linux state of a process (R, S, T, ...), None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return None
 
 
 def worker_command(job: str, **options: object) -> list[str]:
@@ -119,7 +129,10 @@ class Holder:
         return self.wait_for("answer", timeout)
 
     def pause(self) -> None:
+        """SIGSTOP, and wait until the process is stopped (a signal is delivered a moment
+        after ``kill()`` returns)."""
         self.process.send_signal(signal.SIGSTOP)
+        wait_until(lambda: _state(self.pid) == "T", timeout=5, what=f"{self.pid} to stop")
 
     def resume(self) -> None:
         self.process.send_signal(signal.SIGCONT)
