@@ -1,4 +1,5 @@
-"""The built wheel ships the Lua scripts and py.typed, and nothing from tests or the example."""
+"""The built wheel ships the Lua scripts (with their shared library), the admin's templates,
+static files and migrations, and py.typed; nothing from tests or the example."""
 
 from __future__ import annotations
 
@@ -31,12 +32,32 @@ def test_wheel_contents(tmp_path: Path) -> None:
     )
     (wheel,) = tmp_path.glob("django_redis_locks-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
+    package = ROOT / "django_redis_locks"
+    shipped = {
+        path.relative_to(ROOT).as_posix()
+        for pattern in (
+            "core/scripts/*.lua",
+            "core/scripts/lib/*.lua",
+            "templates/**/*.html",
+            "static/**/*.*",
+            "migrations/*.py",
+        )
+        for path in package.glob(pattern)
+    }
+    # Every script, the libraries they include, and every kind of file the admin needs.
+    assert {n.rsplit("/", 1)[0] for n in shipped} >= {
+        "django_redis_locks/core/scripts",
+        "django_redis_locks/core/scripts/lib",
+        "django_redis_locks/migrations",
+        "django_redis_locks/static/django_redis_locks",
+    }
+    assert any(n.endswith(".html") for n in shipped)
+    assert not shipped - names, sorted(shipped - names)
     scripts = {
         f"django_redis_locks/core/scripts/{p.name}"
         for p in resources.files("django_redis_locks.core").joinpath("scripts").iterdir()
         if p.name.endswith(".lua")
     }
-    assert scripts
-    assert scripts <= names
+    assert scripts <= shipped
     assert "django_redis_locks/py.typed" in names
     assert not [n for n in names if n.startswith(("tests/", "example_project/"))]

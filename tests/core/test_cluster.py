@@ -14,6 +14,7 @@ from redis.crc import key_slot
 
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
+from django_redis_locks.inspect import get_lock, get_semaphore, list_locks, list_semaphores
 from tests.harness.servers import hub_has_waiter, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -36,6 +37,7 @@ def cluster_backend(redis_cluster, namespace):
 
 
 def test_every_script_over_1000_random_names(cluster_backend: Backend) -> None:
+    """Every script (lock, semaphore, inspection, listing) on the node of each name."""
     names = random_names(1000, seed=1)
     nodes: Counter[str] = Counter()
     client = cluster_backend.client
@@ -55,6 +57,11 @@ def test_every_script_over_1000_random_names(cluster_backend: Backend) -> None:
         assert lock.extend(5) > 5
         assert lock.extend(2, replace=True) == 2
         assert lock.ensure_held() > 0
+        # The inspection scripts (lock_inspect, registry_page) on the name's own node.
+        info = get_lock(name, client=cluster_backend)
+        assert info is not None and info.holder_id == lock.holder_id and info.fence == lock.fence
+        listed = list_locks(name, client=cluster_backend, count=1000).items
+        assert lock.holder_id in {i.holder_id for i in listed if i.name == name}
         lock.release()  # publishes: a waiter flag exists
         assert not lock.locked()
         first, second = (Semaphore(name, 2, client=cluster_backend, timeout=5) for _ in "ab")
@@ -64,6 +71,10 @@ def test_every_script_over_1000_random_names(cluster_backend: Backend) -> None:
         assert first.count() == 2 and first.held()
         assert first.refresh() == 5
         assert {h.holder_id for h in first.holders()} == {first.holder_id, second.holder_id}
+        described = get_semaphore(name, client=cluster_backend)  # sem_inspect
+        assert described is not None and (described.limit, described.count) == (2, 2)
+        listed_sems = list_semaphores(name, client=cluster_backend, count=1000).items
+        assert any(i.name == name and i.count == 2 for i in listed_sems)
         first.release()
         second.release()
         assert first.count() == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from importlib import resources
 
@@ -10,7 +11,7 @@ import pytest
 import redis
 
 from django_redis_locks import Lock
-from django_redis_locks.core import Backend, replies
+from django_redis_locks.core import Backend, replies, scripting
 from django_redis_locks.core import lock_protocol as protocol
 from django_redis_locks.core.scripting import load, run_many
 from tests.harness.acl import unrestricted_url
@@ -128,6 +129,31 @@ def test_library_functions_name_their_keys() -> None:
         for command, first in re.findall(r"redis\.call\('(\w+)',\s*([^,)]+)", code):
             if command.upper() in KEY_COMMANDS:
                 assert first.strip().endswith("_key"), f"{library}: {command} on {first}"
+
+
+def test_each_script_is_read_from_the_package_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[tuple[str, ...]] = []
+    real = scripting._read
+
+    def counted(*parts: str) -> str:
+        reads.append(parts)
+        return real(*parts)
+
+    monkeypatch.setattr(scripting, "_read", counted)
+    monkeypatch.setattr(scripting, "_CACHE", {})
+    first = load("lock_acquire")
+    assert load("lock_acquire") is first
+    assert sorted(reads) == [("lib", "lock.lua"), ("lib", "registry.lua"), ("lock_acquire.lua",)]
+    assert "\n-- @include" not in first.source and "local function lock_grant" in first.source
+    assert first.sha == hashlib.sha1(first.source.encode(), usedforsecurity=False).hexdigest()
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_scripts_that_keep_time_take_it_from_the_server(name: str) -> None:
+    code = _code(load(name).source)
+    if "now_ms" in code or "now_us" in code:
+        assert "redis.call('TIME')" in code, name
+    assert not re.search(r"\bos\.(time|clock)\b", code), name
 
 
 def test_script_flush_between_calls_is_transparent(backend: Backend, redis_client) -> None:
