@@ -19,7 +19,7 @@ def _lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
 
 
 def test_each_phase_logs_a_line_naming_the_holder_id_not_the_token(
-    backend: Backend, redis_client, caplog: pytest.LogCaptureFixture
+    backend: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="django_redis_locks")
     tokens: list[str] = []
