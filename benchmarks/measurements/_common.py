@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 
 from benchmarks.registry import Impl, LockAdapter, get
+from benchmarks.server import CommandStats
+from benchmarks.stats import summarize
 
 __all__ = ["busy_wait_us", "describe", "fmt", "label", "open_adapter", "table"]
 
@@ -62,3 +64,49 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "")
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+Opened = tuple[Impl, redis.Redis, LockAdapter]
+
+
+def interleaved_cycles(
+    params: dict[str, Any],
+    open_one: Callable[[str], Opened],
+    accounting: Callable[[LockAdapter, CommandStats], dict[str, float]],
+    *,
+    warmup: int,
+    batch: int,
+) -> dict[str, dict[str, float]]:
+    """Uncontended acquire + release of each implementation of ``params["order"]`` (opened
+    with ``open_one``, closed at the end): ``warmup`` cycles and
+    the ``accounting`` counts each, then ``params["cycles"]`` timed cycles in batches of
+    ``batch`` per implementation, the order rotating from batch to batch, so background load
+    and CPU frequency changes hit every implementation alike."""
+    opened: list[Opened] = []
+    stats_client = redis.Redis(host=params["host"], port=params["port"])
+    try:
+        for name in params["order"]:
+            opened.append(open_one(name))
+        accounts: dict[str, dict[str, float]] = {}
+        for impl, _client, adapter in opened:
+            for _ in range(warmup):
+                adapter.acquire(True)
+                adapter.release()
+            accounts[impl.name] = accounting(adapter, CommandStats(stats_client))
+        samples: dict[str, list[float]] = {impl.name: [] for impl, _, _ in opened}
+        clock = time.perf_counter_ns
+        for index in range(max(1, params["cycles"] // batch)):
+            shift = index % len(opened)
+            for impl, _client, adapter in opened[shift:] + opened[:shift]:
+                times = samples[impl.name]
+                for _ in range(batch):
+                    started = clock()
+                    adapter.acquire(True)
+                    adapter.release()
+                    times.append((clock() - started) / 1000)
+        return {name: {**summarize(times), **accounts[name]} for name, times in samples.items()}
+    finally:
+        for _impl, client, adapter in opened:
+            adapter.close()
+            client.close()
+        stats_client.close()

@@ -28,11 +28,11 @@ import redis
 from benchmarks import counting, plots
 from benchmarks.context import Context
 from benchmarks.measurements import Measurement, Verdict
-from benchmarks.measurements._common import describe, fmt, label, table
+from benchmarks.measurements._common import describe, fmt, interleaved_cycles, label, table
 from benchmarks.pool import Link
 from benchmarks.registry import BLOCK, CYCLE, Impl, LockAdapter, get, select
 from benchmarks.server import CommandStats
-from benchmarks.stats import median, percentile, ratio, spread, summarize
+from benchmarks.stats import median, percentile, ratio, spread
 
 __all__ = ["MEASUREMENT", "block_task", "cycle_task"]
 
@@ -80,34 +80,9 @@ def _accounting(adapter: LockAdapter, stats: CommandStats) -> dict[str, float]:
 def cycle_task(params: dict[str, Any], link: Link) -> dict[str, dict[str, float]]:
     """Worker: uncontended acquire + release of every implementation, interleaved batches."""
     link.ready()
-    opened = []
-    stats_client = redis.Redis(host=params["host"], port=params["port"])
-    try:
-        for name in params["order"]:
-            opened.append(_open(params, name))
-        accounts: dict[str, dict[str, float]] = {}
-        for impl, _client, adapter in opened:
-            for _ in range(WARMUP_CYCLES):
-                adapter.acquire(True)
-                adapter.release()
-            accounts[impl.name] = _accounting(adapter, CommandStats(stats_client))
-        samples: dict[str, list[float]] = {impl.name: [] for impl, _, _ in opened}
-        clock = time.perf_counter_ns
-        for batch in range(max(1, params["cycles"] // BATCH)):
-            shift = batch % len(opened)
-            for impl, _client, adapter in opened[shift:] + opened[:shift]:
-                times = samples[impl.name]
-                for _ in range(BATCH):
-                    started = clock()
-                    adapter.acquire(True)
-                    adapter.release()
-                    times.append((clock() - started) / 1000)
-        return {name: {**summarize(times), **accounts[name]} for name, times in samples.items()}
-    finally:
-        for _impl, client, adapter in opened:
-            adapter.close()
-            client.close()
-        stats_client.close()
+    return interleaved_cycles(
+        params, lambda name: _open(params, name), _accounting, warmup=WARMUP_CYCLES, batch=BATCH
+    )
 
 
 def block_task(params: dict[str, Any], link: Link) -> dict[str, Any]:

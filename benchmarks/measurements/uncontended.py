@@ -10,20 +10,17 @@ median over repetitions.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
-
-import redis
 
 from benchmarks import counting, plots
 from benchmarks.context import Context
 from benchmarks.measurements import Measurement, Verdict
-from benchmarks.measurements._common import fmt, label, open_adapter, table
+from benchmarks.measurements._common import fmt, interleaved_cycles, label, open_adapter, table
 from benchmarks.pool import Link
 from benchmarks.registry import CYCLE, LockAdapter, select
 from benchmarks.server import CommandStats
-from benchmarks.stats import median, ratio, spread, summarize
+from benchmarks.stats import median, ratio, spread
 
 __all__ = ["MEASUREMENT", "cycle_task"]
 
@@ -54,41 +51,16 @@ def _accounting(adapter: LockAdapter, stats: CommandStats) -> dict[str, float]:
 
 
 def cycle_task(params: dict[str, Any], link: Link) -> dict[str, dict[str, float]]:
-    """Worker: time acquire+release cycles of every implementation, interleaved in batches.
-
-    All adapters are open at once; the timed cycles run in batches of ``BATCH`` per
-    implementation, the order rotating from batch to batch, so background load and CPU
-    frequency changes hit every implementation alike.
-    """
+    """Worker: time acquire+release cycles of every implementation, interleaved in batches
+    of ``BATCH`` with the order rotating (see ``interleaved_cycles``)."""
     link.ready()
-    opened = []
-    stats_client = redis.Redis(host=params["host"], port=params["port"])
-    try:
-        for name in params["order"]:
-            opened.append(open_adapter({**params, "impl": name}))
-        accounts: dict[str, dict[str, float]] = {}
-        for impl, _client, adapter in opened:
-            for _ in range(WARMUP_CYCLES):
-                adapter.acquire(True)
-                adapter.release()
-            accounts[impl.name] = _accounting(adapter, CommandStats(stats_client))
-        samples: dict[str, list[float]] = {impl.name: [] for impl, _, _ in opened}
-        clock = time.perf_counter_ns
-        for batch in range(max(1, params["cycles"] // BATCH)):
-            shift = batch % len(opened)
-            for impl, _client, adapter in opened[shift:] + opened[:shift]:
-                times = samples[impl.name]
-                for _ in range(BATCH):
-                    started = clock()
-                    adapter.acquire(True)
-                    adapter.release()
-                    times.append((clock() - started) / 1000)
-        return {name: {**summarize(times), **accounts[name]} for name, times in samples.items()}
-    finally:
-        for _impl, client, adapter in opened:
-            adapter.close()
-            client.close()
-        stats_client.close()
+    return interleaved_cycles(
+        params,
+        lambda name: open_adapter({**params, "impl": name}),
+        _accounting,
+        warmup=WARMUP_CYCLES,
+        batch=BATCH,
+    )
 
 
 def run(ctx: Context) -> dict[str, Any]:
