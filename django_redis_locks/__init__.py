@@ -27,6 +27,7 @@ from .core import (
     SemaphoreInfo,
     SemaphoreLimitMismatch,
 )
+from .core.backend import set_default_resolver
 
 if TYPE_CHECKING:  # for type checkers only: at run time these load on first use
     from .commands import SemaphoreCommandMixin
@@ -62,6 +63,22 @@ __all__ = [
     "SemaphoreLimitMismatch",
     "redis_lock",
 ]
+
+
+def _django_backend(using: str | None) -> Backend:
+    """Resolve ``using=`` through the Django layer, imported on the first lock without a
+    client (the core never imports it)."""
+    try:
+        from .connection import get_backend
+    except ImportError as exc:
+        raise LockConfigurationError(
+            "no Redis client: pass client=<redis client>, or use the Django app "
+            f"(importing its connection layer failed: {exc})"
+        ) from exc
+    return get_backend(using)
+
+
+set_default_resolver(_django_backend)
 
 
 def __getattr__(name: str) -> Any:

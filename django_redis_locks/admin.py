@@ -23,7 +23,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from .core.errors import InvalidArgument, InvalidArgumentType, LockBackendError
-from .core.holds import check_holder_id
+from .core.holder import check_holder_id
 from .core.info import HolderInfo, Page, SemaphoreInfo
 from .core.registry import force_release, get_lock, get_semaphore, list_locks, list_semaphores
 from .models import LiveLock

@@ -40,7 +40,7 @@ from benchmarks.pool import Link
 from benchmarks.server import CommandStats
 from benchmarks.stats import median, percentile, ratio, spread
 from django_redis_locks.core import Backend, lock_protocol
-from django_redis_locks.core.holds import holder_metadata, metadata_json, new_token
+from django_redis_locks.core.holder import holder_metadata, metadata_json, new_token
 from django_redis_locks.inspect import list_locks
 
 __all__ = ["MEASUREMENT", "sample_task"]

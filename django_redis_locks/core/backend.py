@@ -11,7 +11,6 @@ The Django layer builds one Backend per cache alias; plain Python code passes a 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -178,6 +177,13 @@ class Backend:
             return await client.execute_command(*args, target_nodes=node)
         return await client.execute_command(*args)
 
+    def lane_name(self, key: str) -> str:
+        """Which server serves ``key``, for background work that must not wait on another
+        server's: the node's address on a Cluster, else "" (one server)."""
+        if self.cluster:
+            return str(self.client.get_node_from_key(key).name)
+        return ""
+
     def hub(self) -> WakeupHub:
         """The process-wide wake-up listener for this backend's server and namespace."""
         return hub_for(self.client, self.keys.channel)
@@ -240,17 +246,12 @@ def set_default_resolver(resolver: Resolver | None) -> None:
 def resolve_backend(using: str | None) -> Backend:
     """The Backend for ``using`` (None: the configured default), from the installed resolver.
 
-    Without a resolver, the Django layer is imported, which installs its own; outside Django
-    pass ``client=`` to the primitive instead.
+    The Django layer installs one (importing ``django_redis_locks`` does, lazily); outside
+    Django pass ``client=`` to the primitive instead.
     """
     if _resolver is None:
-        try:
-            importlib.import_module("django_redis_locks.connection")
-        except ImportError as exc:
-            raise LockConfigurationError(
-                "no Redis client: pass client=<redis client>, or use the Django app "
-                f"(importing its connection layer failed: {exc})"
-            ) from exc
-    if _resolver is None:  # pragma: no cover - the import above always installs one
-        raise LockConfigurationError("no Redis client: pass client=<redis client>")
+        raise LockConfigurationError(
+            "no Redis client: pass client=<redis client>, or use the Django app "
+            "(django_redis_locks in INSTALLED_APPS)"
+        )
     return _resolver(using)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from .backend import Backend
 from .errors import LockBackendError
+from .renewal import renewer
 from .scripting import Call, run, run_async, run_many, run_many_async
 from .wakeup import AsyncWaiter, SyncWaiter
 
@@ -95,11 +96,15 @@ class Wait:
 
 @dataclass(frozen=True, slots=True)
 class Detach:
-    """Clean up after an interruption (a cancellation, Ctrl-C): run a script whatever happens
-    to the caller next. Sync callers run it at once; asyncio callers run it in a task shielded
-    from further cancellation and wait for it. Errors are logged, never raised."""
+    """Clean up after an interruption (a cancellation, Ctrl-C): run a token-checked release
+    whatever happens to the caller next. Sync callers run it at once; asyncio callers run it
+    in a task shielded from further cancellation and wait for it. Never raises: if Redis
+    cannot be reached, the renewer sends it later (for up to ``lifetime`` seconds, how long
+    what it undoes could live; ``what`` names it in logs)."""
 
     call: Call
+    lifetime: float
+    what: str
 
 
 Effect = Eval | EvalMany | EvalWait | Command | Listen | Wait | Detach
@@ -159,7 +164,7 @@ def _execute(effect: Effect, backend: Backend) -> Any:
         try:
             run(backend.client, effect.call)
         except RedisError as exc:
-            logger.warning("clean-up of an interrupted call failed: %s", exc)
+            _detach_failed(backend, effect, exc)
         return None
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover
 
@@ -217,7 +222,7 @@ async def _aexecute(effect: Effect, backend: Backend) -> Any:
         return _all_replies(await backend.arun_many(effect.calls))
     if isinstance(effect, EvalWait):
         if backend.cluster:  # a WAIT must follow the write on one node connection
-            replies = await asyncio.to_thread(
+            replies = await _finish_in_thread(
                 run_many,
                 backend.node_client(effect.call.keys[0]),
                 [effect.call],
@@ -243,7 +248,7 @@ async def _aexecute(effect: Effect, backend: Backend) -> Any:
         assert isinstance(effect.waiter, AsyncWaiter)
         return await effect.waiter.wait(effect.timeout)
     if isinstance(effect, Detach):
-        task = asyncio.get_running_loop().create_task(_adetached(backend, effect.call))
+        task = asyncio.get_running_loop().create_task(_adetached(backend, effect))
         _background.add(task)
         task.add_done_callback(_background.discard)
         # Wait for it (the caller's cancellation is delivered afterwards); if the caller is
@@ -254,8 +259,27 @@ async def _aexecute(effect: Effect, backend: Backend) -> Any:
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover
 
 
-async def _adetached(backend: Backend, call: Call) -> None:
+async def _adetached(backend: Backend, effect: Detach) -> None:
     try:
-        await run_async(await backend.aclient(), call)
+        await run_async(await backend.aclient(), effect.call)
     except RedisError as exc:
-        logger.warning("clean-up of an interrupted call failed: %s", exc)
+        _detach_failed(backend, effect, exc)
+
+
+def _detach_failed(backend: Backend, effect: Detach, exc: RedisError) -> None:
+    logger.warning("clean-up of %s failed (%s); retrying in the background", effect.what, exc)
+    renewer().reclaim(backend, effect.call, effect.lifetime, effect.what)
+
+
+async def _finish_in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``asyncio.to_thread``, but a cancellation is delivered only once the thread finished:
+    what the thread did (an acquire, say) is then over, and the caller's clean-up comes
+    after it, not before."""
+    future = asyncio.ensure_future(asyncio.to_thread(function, *args, **kwargs))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([future])  # (never cancels the future itself)
+        raise

@@ -1,142 +1,57 @@
-"""Who holds what: owner identity (thread or asyncio task), hold records and holder metadata.
+"""A hold (one owner's grant of a lock or semaphore slot, as this process knows it) and its
+lifecycle.
 
-A lock object may be shared by many threads and tasks. Each of them gets its own hold, keyed
-by the *owner*: the running asyncio task if there is one, else the current thread. Holds are
-also stamped with the process id, so after ``fork()`` a child never sees its parent's holds.
+States, and who moves a hold between them::
+
+    HELD ──begin_release()──▶ RELEASING ──released()──▶ RELEASED
+     │                          │
+     │                          └──lose(reason)──▶ LOST     the release found it gone
+     ├──lose(reason)──▶ LOST                      the owner's own call found it gone
+     ├──lose(reason, generation=g)──▶ LOST        the renewer found it gone (only if the
+     │                                            hold is still HELD in generation g)
+     └──end()──▶ ENDED                            expired unrenewed, abandoned, forked away
+
+The *generation* counts what the owner did to the hold: it grows with every ``extend()`` and
+when a release begins. The renewer notes it when it sends a renewal and applies the reply only
+if it is unchanged, so a renewal in flight while the owner releases (or extends) can neither
+report a loss after a clean release nor overwrite a newer expiry. Every transition happens
+under the hold's own mutex; the methods return whether it took place.
+
+A loss is reported once (``report_lost``): by the owner's thread when its own call found it,
+else on the callback thread (see :mod:`.callbacks`), never on a renewal path.
 """
 
 from __future__ import annotations
 
-import asyncio
+import enum
 import functools
-import hashlib
-import json
 import os
-import secrets
-import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidArgument, InvalidArgumentType
+from .holder import holder_id
 
-__all__ = [
-    "HOLDER_ID_LENGTH",
-    "MAX_METADATA_BYTES",
-    "Hold",
-    "check_holder_id",
-    "current_owner",
-    "holder_id",
-    "holder_metadata",
-    "metadata_json",
-    "new_token",
-]
-
-#: Length of a holder id (hex digits).
-HOLDER_ID_LENGTH = 16
-#: Largest accepted holder metadata, JSON-encoded, in bytes.
-MAX_METADATA_BYTES = 4096
-_HOST = socket.gethostname()
-_HOST_JSON = json.dumps(_HOST)
+__all__ = ["Hold", "State"]
 
 
-def new_token() -> str:
-    """A fresh random token: 160 bits from ``secrets``, URL-safe text."""
-    return secrets.token_urlsafe(20)
-
-
-def holder_id(token: str) -> str:
-    """The public id of a hold: the first 16 hex digits of its token's SHA-1.
-
-    The scripts compute the same id (``redis.sha1hex``) for listings and forced releases,
-    so a hold can be shown, logged and named without revealing its token.
-    """
-    return hashlib.sha1(token.encode("utf-8"), usedforsecurity=False).hexdigest()[:HOLDER_ID_LENGTH]
-
-
-def check_holder_id(holder_id: object) -> str:
-    """Return ``holder_id`` if it looks like one (16 lowercase hex digits)."""
-    if not isinstance(holder_id, str):
-        raise InvalidArgumentType("holder_id", f"must be a str, not {type(holder_id).__name__}")
-    if len(holder_id) != HOLDER_ID_LENGTH or not all(c in "0123456789abcdef" for c in holder_id):
-        raise InvalidArgument(
-            "holder_id", f"must be {HOLDER_ID_LENGTH} lowercase hex digits (got {holder_id!r})"
-        )
-    return holder_id
-
-
-def current_owner() -> threading.Thread | asyncio.Task[Any]:
-    """The running asyncio task if any, else the current thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return threading.current_thread()
-    task = asyncio.current_task()
-    return task if task is not None else threading.current_thread()
-
-
-def owner_alive(owner: object) -> bool:
-    """Whether a thread is alive or a task not yet done."""
-    if isinstance(owner, threading.Thread):
-        return owner.is_alive()
-    if isinstance(owner, asyncio.Task):
-        return not owner.done()
-    return False
-
-
-def check_metadata(metadata: object) -> dict[str, Any]:
-    """Validate user metadata: a JSON-serialisable mapping with str keys, or None."""
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, Mapping):
-        raise InvalidArgumentType(
-            "metadata", f"must be a mapping or None, not {type(metadata).__name__}"
-        )
-    result = dict(metadata)
-    if not all(isinstance(key, str) for key in result):
-        raise InvalidArgumentType("metadata", "keys must be str")
-    try:
-        encoded = json.dumps(result, separators=(",", ":"), default=str)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument("metadata", f"must be JSON-serialisable ({exc})") from None
-    except RecursionError:
-        raise InvalidArgument("metadata", "is nested too deeply to encode as JSON") from None
-    if len(encoded.encode("utf-8")) > MAX_METADATA_BYTES:
-        raise InvalidArgument("metadata", f"is larger than {MAX_METADATA_BYTES} bytes as JSON")
-    return result
-
-
-def metadata_json(extra: Mapping[str, Any]) -> str:
-    """The caller's metadata as the JSON members that ``holder_metadata`` appends ("" if none)."""
-    if not extra:
-        return ""
-    return json.dumps(dict(extra), separators=(",", ":"), default=str)[1:-1]
-
-
-def holder_metadata(owner: object, extra_json: str) -> str:
-    """JSON text describing the holder: host, pid, thread, task, then the caller's metadata
-    (``extra_json`` from :func:`metadata_json`; its keys win over ours when they repeat)."""
-    thread = threading.current_thread()
-    parts = [
-        f'"host":{_HOST_JSON},"pid":{os.getpid()}',
-        f'"thread":{json.dumps(f"{thread.name} ({thread.ident})")}',
-    ]
-    if isinstance(owner, asyncio.Task):
-        parts.append(f'"task":{json.dumps(owner.get_name())}')
-    if extra_json:
-        parts.append(extra_json)
-    return "{" + ",".join(parts) + "}"
+class State(enum.Enum):
+    HELD = "held"
+    RELEASING = "releasing"
+    RELEASED = "released"
+    LOST = "lost"
+    ENDED = "ended"
 
 
 @dataclass(eq=False)
 class Hold:
-    """One owner's hold on one lock, as this process knows it.
+    """One owner's hold on one lock or semaphore slot.
 
     ``expires_at`` is a conservative local estimate (``time.monotonic()``): the clock was read
-    before the request that set the TTL was sent, so Redis expires the key no earlier.
+    before the request that set the TTL was sent, so Redis expires the hold no earlier.
     """
 
     token: str
@@ -147,41 +62,100 @@ class Hold:
     backend: Any  # the Backend the hold was taken on: release and extend go there
     keys: Any  # the primitive's keys on that backend
     pid: int = field(default_factory=os.getpid)
+    state: State = State.HELD
     lost_reason: str | None = None
-    on_lost: Callable[[str], None] | None = None
-    release_sent: bool = False  # a release was sent; its reply may have been lost
+    on_lost: Callable[[str], None] | None = None  # tells the primitive (logs, events, on_lost)
     renewed: bool = False  # handed to the renewer
+    release_sent: bool = False  # a release was sent: its reply may have been lost
+    extends: int = 0  # extend() calls so far: their sequence number, so a resend counts once
+    generation: int = 0
+    _mutex: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost_event: threading.Event | None = field(default=None, repr=False)
+    _reported: bool = field(default=False, repr=False)
 
     @functools.cached_property
     def holder_id(self) -> str:
         return holder_id(self.token)
 
     @property
-    def lost_event(self) -> threading.Event:
-        """Set once the hold is known to be lost (made on first use)."""
-        if self._lost_event is None:
-            self._lost_event = threading.Event()
-            if self.lost_reason is not None:
-                self._lost_event.set()
-        return self._lost_event
+    def lost(self) -> bool:
+        return self.state is State.LOST
 
     @property
-    def lost(self) -> bool:
-        return self.lost_reason is not None
-
-    def mark_lost(self, reason: str) -> bool:
-        """Record that the hold is gone; returns False if it was already marked."""
-        if self.lost_reason is not None:
-            return False
-        self.lost_reason = reason
-        try:
-            if self.on_lost is not None:
-                self.on_lost(reason)
-        finally:
-            if self._lost_event is not None:  # after the callback: waiters see its effects
-                self._lost_event.set()
-        return True
+    def active(self) -> bool:
+        """HELD or RELEASING: the owner may still release it."""
+        return self.state is State.HELD or self.state is State.RELEASING
 
     def local_time_left(self) -> float:
         return self.expires_at - time.monotonic()
+
+    # -- transitions ---------------------------------------------------------------------
+    def begin_release(self) -> bool:
+        """HELD (or RELEASING, for a retried release) -> RELEASING; False if not active."""
+        with self._mutex:
+            if not self.active:
+                return False
+            self.state = State.RELEASING
+            self.generation += 1
+            return True
+
+    def released(self) -> None:
+        with self._mutex:
+            if self.state is State.RELEASING:
+                self.state = State.RELEASED
+
+    def extended(self, expires_at: float) -> None:
+        """The owner extended the hold: a new expiry, and a new generation."""
+        with self._mutex:
+            self.generation += 1
+            self.expires_at = expires_at
+
+    def renewed_until(self, expires_at: float, generation: int) -> bool:
+        """A renewal sent in ``generation`` succeeded: apply it if nothing changed since."""
+        with self._mutex:
+            if self.state is not State.HELD or self.generation != generation:
+                return False
+            self.expires_at = expires_at
+            return True
+
+    def lose(self, reason: str, generation: int | None = None) -> bool:
+        """Mark the hold lost. With ``generation`` (the renewer): only if it is still HELD in
+        that generation. Without (the owner's own call): if it is HELD or RELEASING."""
+        with self._mutex:
+            if generation is not None:
+                if self.state is not State.HELD or self.generation != generation:
+                    return False
+            elif not self.active:
+                return False
+            self.state = State.LOST
+            self.lost_reason = reason
+            return True
+
+    def end(self) -> None:
+        """The owner holds nothing any more, without a loss to report."""
+        with self._mutex:
+            if self.state is State.HELD or self.state is State.RELEASING:
+                self.state = State.ENDED
+
+    # -- loss reporting ------------------------------------------------------------------
+    def report_lost(self) -> None:
+        """Tell the primitive (once, after ``lose``); then set :attr:`lost_event`."""
+        try:
+            if self.on_lost is not None and self.lost_reason is not None:
+                self.on_lost(self.lost_reason)
+        finally:
+            with self._mutex:
+                self._reported = True
+                event = self._lost_event
+            if event is not None:  # after the callback: whoever waits sees its effects
+                event.set()
+
+    @property
+    def lost_event(self) -> threading.Event:
+        """Set once a loss of this hold has been reported (made on first use)."""
+        with self._mutex:
+            if self._lost_event is None:
+                self._lost_event = threading.Event()
+                if self._reported:
+                    self._lost_event.set()
+            return self._lost_event

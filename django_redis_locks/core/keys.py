@@ -2,13 +2,15 @@
 
 A name is hashed into one of ``BUCKETS`` buckets and the bucket number is the key's hash tag::
 
-    <ns>:{<bucket>}:lock:<name>     HASH   token, fence, acquired, expires, meta, released
+    <ns>:{<bucket>}:lock:<name>     HASH   token, fence, acquired, expires, meta, recent releases
     <ns>:{<bucket>}:lockq:<name>    ZSET   lock queue: token -> ticket (arrival order)
-    <ns>:{<bucket>}:lockw:<name>    HASH   lock waiters: token -> lease, ttl, handoff, meta
+    <ns>:{<bucket>}:lockw:<name>    HASH   lock waiters: token -> ttl, handoff, channel, meta
+    <ns>:{<bucket>}:lockl:<name>    ZSET   lock waiter leases: token -> expiry (ms)
     <ns>:{<bucket>}:sem:<name>      ZSET   semaphore holders: token -> expiry (ms)
     <ns>:{<bucket>}:semq:<name>     ZSET   semaphore queue: token -> ticket
     <ns>:{<bucket>}:semw:<name>     ZSET   semaphore waiter leases: token -> expiry (ms)
-    <ns>:{<bucket>}:semi:<name>     HASH   semaphore limit, ticket counter, holder records
+    <ns>:{<bucket>}:semi:<name>     HASH   semaphore limit, ticket counter, holder records,
+                                           recent releases
     <ns>:{<bucket>}:reg:names       ZSET   registry: "lock:<name>" / "sem:<name>" in name order
     <ns>:{<bucket>}:reg:expiry      ZSET   registry: member -> expiry (ms, server time)
 
@@ -28,10 +30,14 @@ from dataclasses import dataclass
 
 from .validation import check_namespace
 
-__all__ = ["BUCKETS", "KeySpace", "LockKeys", "RegistryKeys", "SemaphoreKeys"]
+__all__ = ["BUCKETS", "RETENTION_MS", "KeySpace", "LockKeys", "RegistryKeys", "SemaphoreKeys"]
 
 #: Number of hash-tag buckets (and registry shards) per namespace.
 BUCKETS = 256
+#: How long what a released name keeps in Redis (the lock's fence, the recent releases that
+#: let a resent release be recognised) outlives its last hold (ms). Past that, the next fence
+#: still comes out larger, from the server clock in microseconds.
+RETENTION_MS = 3600 * 1000
 
 #: Registry member prefixes, one per kind of primitive.
 LOCK_KIND = "lock"
@@ -53,13 +59,21 @@ class LockKeys:
     lock: str
     queue: str
     waiters: str
+    leases: str
     registry: RegistryKeys
     member: str  # registry member and wake-up message: "lock:<name>"
 
     @property
-    def all(self) -> tuple[str, str, str, str, str]:
+    def all(self) -> tuple[str, str, str, str, str, str]:
         """The keys of the acquire and release scripts, in script order."""
-        return (self.lock, self.queue, self.waiters, self.registry.names, self.registry.expiry)
+        return (
+            self.lock,
+            self.queue,
+            self.waiters,
+            self.leases,
+            self.registry.names,
+            self.registry.expiry,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +130,7 @@ class KeySpace:
             lock=f"{prefix}lock:{name}",
             queue=f"{prefix}lockq:{name}",
             waiters=f"{prefix}lockw:{name}",
+            leases=f"{prefix}lockl:{name}",
             registry=self.registry(bucket),
             member=f"{LOCK_KIND}:{name}",
         )

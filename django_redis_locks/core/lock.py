@@ -10,12 +10,21 @@ from typing import Any, Literal
 
 from . import lock_protocol as protocol
 from . import replies
+from .acquiring import WAITER_LEASE_SECONDS, Outcome, Request
 from .backend import Backend
 from .driver import Command, Eval, EvalWait, Operation, adrive, drive
-from .errors import InvalidArgument, InvalidArgumentType, LockNotAcquired, LockNotReplicated
+from .errors import (
+    InvalidArgument,
+    InvalidArgumentType,
+    LockBackendError,
+    LockNotAcquired,
+    LockNotReplicated,
+)
 from .holds import Hold
 from .keys import LockKeys
-from .primitive import WAITER_LEASE_SECONDS, LostCallback, Outcome, Primitive, Request
+from .ownership import bound_to_caller, current_owner
+from .primitive import LostCallback, Primitive
+from .renewal import renewer
 from .scripting import Call
 from .validation import MAX_TTL_SECONDS, check_bool, check_ttl, to_millis
 
@@ -42,16 +51,19 @@ class Lock(Primitive[LockKeys]):
     ``wait_for_replicas`` (an int, or ``"majority"`` of the replicas connected to the primary)
     makes acquire fail, and undo itself, unless that many replicas acknowledged it.
     ``metadata`` (a JSON-serialisable mapping; key ``"label"`` names the caller) is stored
-    with the hold for the admin page. ``on_lost(lock, reason)`` is called, from the renewer
-    thread, when an auto-renewed hold turns out to be lost.
+    with the hold for the admin page. ``on_lost(lock, reason)`` is called when a hold turns
+    out to be lost: on the library's callback thread when the renewer finds it, in the
+    owner's thread when its own call (``ensure_held()``, ``release()``...) does.
 
     Blocked waiters are served in arrival order: a release hands the lock to the first of them.
     ``slice_seconds`` (default 5 ms) lets the thread or task that got the lock take it back,
     again and again, until that long after it got it, even while others wait; its first
     release after that hands the lock on. 0 hands it on at every release.
 
-    One Lock object may be shared by threads and asyncio tasks: each thread or task has its
-    own hold and token, and none can release another's. Locks are not re-entrant.
+    One Lock object may be shared by threads, greenlets and asyncio tasks: each has its own
+    hold and token, and none can release another's (a hold belongs to whoever *called*
+    ``acquire()``/``aacquire()``; see :mod:`.ownership`). Locks are not re-entrant, but a
+    hold whose TTL ran out is no hold: acquiring again then simply takes the lock anew.
 
     Raises InvalidArgument / InvalidArgumentType (ValueError / TypeError) for bad arguments.
     """
@@ -94,7 +106,7 @@ class Lock(Primitive[LockKeys]):
 
         Returns the new TTL in seconds. Raises LockNotOwned / LockLost like :meth:`release`.
         """
-        hold = self._require_hold()
+        hold = self._require_hold(current_owner())
         return drive(self._extend(hold, seconds, replace), hold.backend)
 
     def locked(self) -> bool:
@@ -103,11 +115,11 @@ class Lock(Primitive[LockKeys]):
         return drive(self._state(backend, None), backend).held
 
     def owned(self) -> bool:
-        """Whether this thread/task holds the lock, as Redis sees it now."""
-        hold = self._current_hold()
+        """Whether this thread/greenlet/task holds the lock, as Redis sees it now."""
+        hold = self._current_hold(current_owner())
         if hold is None or hold.lost:
             return False
-        return drive(self._state(hold.backend, hold), hold.backend).owned
+        return drive(self._owned(hold), hold.backend)
 
     @property
     def fence(self) -> int | None:
@@ -116,12 +128,13 @@ class Lock(Primitive[LockKeys]):
         Strictly greater than every fence handed out earlier for this name: pass it along
         with writes and let the resource reject smaller ones.
         """
-        hold = self._current_hold()
+        hold = self._current_hold(current_owner())
         return None if hold is None else hold.fence
 
-    async def aextend(self, seconds: float, *, replace: bool = False) -> float:
+    @bound_to_caller
+    async def aextend(self, owner: Any, seconds: float, *, replace: bool = False) -> float:
         """Asyncio twin of :meth:`extend`."""
-        hold = self._require_hold()
+        hold = self._require_hold(owner or current_owner())
         return await adrive(self._extend(hold, seconds, replace), hold.backend)
 
     async def alocked(self) -> bool:
@@ -129,12 +142,13 @@ class Lock(Primitive[LockKeys]):
         backend = self.backend
         return (await adrive(self._state(backend, None), backend)).held
 
-    async def aowned(self) -> bool:
+    @bound_to_caller
+    async def aowned(self, owner: Any) -> bool:
         """Asyncio twin of :meth:`owned`."""
-        hold = self._current_hold()
+        hold = self._current_hold(owner or current_owner())
         if hold is None or hold.lost:
             return False
-        return (await adrive(self._state(hold.backend, hold), hold.backend)).owned
+        return await adrive(self._owned(hold), hold.backend)
 
     # -- hooks -----------------------------------------------------------------------------
     def _make_keys(self, backend: Backend) -> LockKeys:
@@ -158,6 +172,12 @@ class Lock(Primitive[LockKeys]):
     def _probe(self, hold: Hold) -> Operation[int | None]:
         state = yield from self._state(hold.backend, hold)
         return state.ttl_ms if state.owned else None
+
+    def _owned(self, hold: Hold) -> Operation[bool]:
+        if (yield from self._probe(hold)) is None:
+            self._lost(hold, "it expired or was taken over")
+            return False
+        return True
 
     def _attempt(
         self, request: Request[LockKeys], queue: bool
@@ -184,7 +204,14 @@ class Lock(Primitive[LockKeys]):
         reply, acked = yield EvalWait(call, needed, timeout_ms)
         result = protocol.decode_acquire(reply)
         if isinstance(result, replies.Acquired) and acked < needed:
-            yield Eval(self._release_call(request.keys, request.token))
+            undo = self._release_call(request.keys, request.token)
+            try:
+                yield Eval(undo)
+            except LockBackendError:
+                renewer().reclaim(
+                    request.backend, undo, request.lifetime, f"an unreplicated acquire of {self}"
+                )
+                raise
             raise LockNotReplicated(
                 f"lock {self.name!r}: {acked} of {needed} replicas acknowledged within "
                 f"{request.backend.replica_wait_timeout} s; the acquire was undone"
@@ -205,28 +232,25 @@ class Lock(Primitive[LockKeys]):
         if hold.lost:
             raise self._lost(hold, hold.lost_reason or "")
         started = time.monotonic()
+        hold.extends += 1  # numbered, so that a resent extend counts once
         call = protocol.extend_call(
-            hold.keys, hold.token, ms, "set" if replace else "add", _MAX_TTL_MS
+            hold.keys, hold.token, ms, "set" if replace else "add", _MAX_TTL_MS, seq=hold.extends
         )
         reply = yield Eval(call)
         new_ttl_ms = replies.decode_renewal(reply)
         if new_ttl_ms is None:
             raise self._lost(hold, replies.loss_reason(int(reply[0])))
-        hold.expires_at = started + new_ttl_ms / 1000
+        hold.extended(started + new_ttl_ms / 1000)
         return new_ttl_ms / 1000
 
     def _state(self, backend: Backend, hold: Hold | None) -> Operation[protocol.LockState]:
         keys = hold.keys if hold is not None else self._keys_for(backend)
-        state = protocol.decode_state(
-            (yield Eval(protocol.state_call(keys, hold.token if hold is not None else None)))
-        )
-        if hold is not None and not state.owned:
-            self._lost(hold, "it expired or was taken over")
-        return state
+        token = hold.token if hold is not None else None
+        return protocol.decode_state((yield Eval(protocol.state_call(keys, token))))
 
 
 def _session(owner: object) -> str:
-    """Names the asking thread or task, for slices: the same for all its acquires."""
+    """Names the asking thread, greenlet or task, for slices: the same for all its acquires."""
     return f"{os.getpid()}.{id(owner):x}"
 
 

@@ -5,16 +5,19 @@ Sync and async code paths share these functions, so they cannot drift apart.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import LockKeys
+from .keys import RETENTION_MS, LockKeys
 from .replies import Acquired, Contended, decode_acquired, text
 from .scripting import Call, load
 
+#: How long a release hands the lock to the first waiter before that waiter confirms it (ms).
+HANDOVER_WINDOW_MS = 1000
+
 __all__ = [
-    "FENCE_RETENTION_MS",
     "LockState",
     "acquire_call",
     "decode_acquire",
@@ -23,10 +26,6 @@ __all__ = [
     "release_call",
     "state_call",
 ]
-
-#: How long a lock's hash (its fence, its last released token) outlives the hold (ms). Past
-#: that, the next fence still comes out larger, from the server clock in microseconds.
-FENCE_RETENTION_MS = 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +61,7 @@ def acquire_call(
             ttl_ms,
             metadata,
             keys.member,
-            FENCE_RETENTION_MS,
+            RETENTION_MS,
             "queue" if queue else "try",
             lease_ms,
             "1" if handoff else "0",
@@ -83,20 +82,30 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended:
 
 def release_call(keys: LockKeys, token: str, *, forced: bool = False) -> Call:
     """Release by the holder's ``token`` (a waiter's token: leave the queue); with ``forced``
-    the token is a holder id."""
+    the token is a holder id, and the call gets an id of its own, recognised if resent."""
     return Call(
         load("lock_release"),
         keys.all,
-        (token, keys.member, FENCE_RETENTION_MS, "holder" if forced else "token"),
+        (
+            token,
+            keys.member,
+            RETENTION_MS,
+            "holder" if forced else "token",
+            HANDOVER_WINDOW_MS,
+            secrets.token_hex(4) if forced else "-",
+        ),
     )
 
 
-def extend_call(keys: LockKeys, token: str, ms: int, mode: str, cap_ms: int) -> Call:
-    """``mode``: "add" (remaining + ms), "set" (exactly ms) or "max" (at least ms)."""
+def extend_call(
+    keys: LockKeys, token: str, ms: int, mode: str, cap_ms: int, *, seq: int = 0
+) -> Call:
+    """``mode``: "add" (remaining + ms), "set" (exactly ms) or "max" (at least ms). ``seq``
+    numbers the hold's extends (1, 2, ...) so that a resent one counts once; 0 for renewals."""
     return Call(
         load("lock_extend"),
         (keys.lock, keys.registry.names, keys.registry.expiry),
-        (token, ms, mode, keys.member, cap_ms, FENCE_RETENTION_MS),
+        (token, ms, mode, keys.member, cap_ms, RETENTION_MS, seq),
     )
 
 

@@ -1,92 +1,49 @@
-"""What locks and semaphores share: per-owner holds, the acquire loop, release, renewal.
+"""What locks and semaphores share: the public API, per-owner holds, release and checks.
 
-A primitive is held by *owners* (threads or asyncio tasks), each with its own token, so one
-object may be shared without one owner releasing another's hold. Every operation is written
-once as a generator of effects (see :mod:`.driver`); the sync methods run it with
-:func:`drive`, their ``a``-prefixed twins with :func:`adrive`. Subclasses supply the scripts.
+A primitive is held by *owners* (threads, greenlets or asyncio tasks; see
+:mod:`.ownership`), each with its own token, so one object may be shared without one owner
+releasing another's hold. Every operation is written once as a generator of effects (see
+:mod:`.driver`); the sync methods run it with :func:`drive`, their ``a``-prefixed twins with
+:func:`adrive`. The acquire loop lives in :mod:`.acquiring`, a hold's lifecycle in
+:mod:`.holds`, renewal in :mod:`.renewal`. Subclasses supply the scripts.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
 from . import replies
+from .acquiring import Keys, Outcome, Request, acquire_steps
 from .backend import Backend, backend_for_client, resolve_backend
-from .driver import Detach, Eval, Listen, Operation, Wait, adrive, drive
+from .driver import Eval, Operation, adrive, drive
 from .errors import (
     InvalidArgument,
     InvalidArgumentType,
     LockAlreadyHeld,
     LockBackendError,
-    LockError,
     LockLost,
     LockNotAcquired,
     LockNotOwned,
 )
 from .events import Event, EventType, emit, listening
-from .holds import (
-    Hold,
-    check_metadata,
-    current_owner,
-    holder_id,
-    holder_metadata,
-    metadata_json,
-    new_token,
-    owner_alive,
-)
-from .renewer import renewer
+from .holder import check_metadata, holder_metadata, metadata_json, new_token
+from .holds import Hold, State
+from .ownership import bound_to_caller, current_owner, owner_alive, owner_kind
+from .renewal import Renewal, renewer
 from .scripting import Call
 from .validation import check_bool, check_name, check_ttl, check_wait
 
-__all__ = ["HANDOVER_TRUST", "WAITER_LEASE_SECONDS", "Outcome", "Primitive", "Request"]
+__all__ = ["Primitive"]
 
 logger = logging.getLogger(__name__)
 
-#: How long a blocked waiter keeps its place in a queue without coming back to ask. Waiters
-#: ask at least every ``recheck_seconds``; one that crashed or stalled longer than this loses
-#: its place (and takes a new one at the back when it asks again).
-WAITER_LEASE_SECONDS = 5.0
-#: A hold handed over by a release is trusted without a round trip only while more than this
-#: share of its TTL is left by the local estimate (which dates the grant from the server's
-#: clock, on the safe side); an older hand-over is checked with the next attempt.
-HANDOVER_TRUST = 0.5
-
-
-class _Keys(Protocol):
-    @property
-    def member(self) -> str:
-        """Registry member and wake-up message ("lock:<name>", "sem:<name>")."""
-
-
-K = TypeVar("K", bound=_Keys)  # the primitive's keys (LockKeys, SemaphoreKeys)
+K = TypeVar("K", bound=Keys)  # the primitive's keys (LockKeys, SemaphoreKeys)
 LostCallback = Callable[[Any, str], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What an acquire came to: acquired, or not and how long the (first) holder has left."""
-
-    acquired: bool
-    retry_after: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Request(Generic[K]):
-    """One acquire call: where, by whom, with which token, TTL and holder metadata."""
-
-    backend: Backend
-    keys: K
-    owner: Any
-    token: str
-    ttl: float
-    metadata: str
 
 
 class Primitive(Generic[K]):
@@ -134,7 +91,6 @@ class Primitive(Generic[K]):
         if client is not None:
             self._backend = client if isinstance(client, Backend) else backend_for_client(client)
         self._holds: weakref.WeakKeyDictionary[Any, Hold] = weakref.WeakKeyDictionary()
-        self._pending: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._keys: tuple[str, K] | None = None
 
     def __repr__(self) -> str:
@@ -145,7 +101,7 @@ class Primitive(Generic[K]):
         raise NotImplementedError
 
     def _attempt(
-        self, request: Request[K], queue: bool
+        self, request: Request[Any], queue: bool
     ) -> Operation[replies.Acquired | replies.Contended]:
         """One try. With ``queue`` a primitive with a queue keeps (or takes) a place in it."""
         raise NotImplementedError
@@ -159,21 +115,12 @@ class Primitive(Generic[K]):
         raise NotImplementedError
 
     def _probe(self, hold: Hold) -> Operation[int | None]:
-        """The hold's remaining TTL in ms as Redis sees it, None if it is gone."""
+        """The hold's remaining TTL in ms as Redis sees it, None if it is gone. No side
+        effects on the hold."""
         raise NotImplementedError
 
     def _not_acquired(self, outcome: Outcome) -> LockNotAcquired:
         raise NotImplementedError
-
-    def _wake_message(self, request: Request[K]) -> str:
-        """The key under which releases wake this request's waiter: each waiter is told apart
-        by its holder id, so a release wakes only the waiter it lets in."""
-        return f"{request.keys.member}#{holder_id(request.token)}"
-
-    def _handed(self, payload: str) -> replies.Acquired | float:
-        """What a release said with a wake-up (see :mod:`.wakeup`): the grant it handed over,
-        or how many seconds to wait before trying again."""
-        return replies.decode_handover(payload)
 
     # -- public API: sync ------------------------------------------------------------------
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
@@ -181,34 +128,35 @@ class Primitive(Generic[K]):
 
         ``blocking`` (default: the object's) waits for a release, up to ``timeout`` seconds
         (default: the object's ``blocking_timeout``; None waits as long as it takes).
-        Raises LockAlreadyHeld if this thread/task holds it already, LockBackendError when
-        Redis fails.
+        Raises LockAlreadyHeld if this thread/greenlet/task holds it already, LockBackendError
+        when Redis fails (an acquire that may have reached Redis is undone in the background).
         """
         backend = self.backend
-        return drive(self._acquire(backend, blocking, timeout), backend).acquired
+        operation = self._acquire(backend, current_owner(), blocking, timeout)
+        return drive(operation, backend).acquired
 
     def release(self) -> None:
-        """Release this thread's/task's hold.
+        """Release this thread's/greenlet's/task's hold.
 
         Raises LockNotOwned if it holds nothing, LockLost if the hold had expired, been taken
         over or force-released (Redis is left untouched then), LockBackendError when Redis
-        fails (the hold is kept, so the release can be retried).
+        fails (the release is retried in the background, and may be retried by calling again).
         """
-        hold = self._require_hold()
+        hold = self._require_hold(current_owner())
         drive(self._release(hold), hold.backend)
 
     def ensure_held(self) -> float:
-        """Return the seconds left on this thread's/task's hold; raise LockLost if it is gone.
+        """Return the seconds left on this owner's hold; raise LockLost if it is gone.
 
         Raises LockNotOwned if nothing was acquired, LockBackendError if Redis cannot tell
         (but LockLost if, in addition, the hold's TTL has run out locally).
         """
-        hold = self._require_hold()
+        hold = self._require_hold(current_owner())
         return drive(self._ensure(hold), hold.backend)
 
     def __enter__(self) -> Self:
         backend = self.backend
-        outcome = drive(self._acquire(backend, None, None), backend)
+        outcome = drive(self._acquire(backend, current_owner(), None, None), backend)
         if not outcome.acquired:
             raise self._not_acquired(outcome)
         return self
@@ -219,30 +167,40 @@ class Primitive(Generic[K]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        owner = current_owner()
         try:
-            self.release()
+            hold = self._require_hold(owner)
+            drive(self._release(hold), hold.backend)
         except (LockNotOwned, LockBackendError) as error:
-            self._release_failed_on_exit(error, exc)
+            self._release_failed_on_exit(owner, error, exc)
 
-    # -- public API: asyncio ---------------------------------------------------------------
-    async def aacquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
-        """Asyncio twin of :meth:`acquire`."""
+    # -- public API: asyncio (each bound to the task that calls it; see .ownership) ----------
+    @bound_to_caller
+    async def aacquire(
+        self, owner: Any, blocking: bool | None = None, timeout: float | None = None
+    ) -> bool:
+        """Asyncio twin of :meth:`acquire`. The hold belongs to the task that calls this,
+        also when the coroutine runs in a task of its own (``wait_for``, ``gather``,
+        ``shield``)."""
         backend = self.backend
-        return (await adrive(self._acquire(backend, blocking, timeout), backend)).acquired
+        operation = self._acquire(backend, owner or current_owner(), blocking, timeout)
+        return (await adrive(operation, backend)).acquired
 
-    async def arelease(self) -> None:
+    @bound_to_caller
+    async def arelease(self, owner: Any) -> None:
         """Asyncio twin of :meth:`release`."""
-        hold = self._require_hold()
+        hold = self._require_hold(owner or current_owner())
         await adrive(self._release(hold), hold.backend)
 
-    async def aensure_held(self) -> float:
+    @bound_to_caller
+    async def aensure_held(self, owner: Any) -> float:
         """Asyncio twin of :meth:`ensure_held`."""
-        hold = self._require_hold()
+        hold = self._require_hold(owner or current_owner())
         return await adrive(self._ensure(hold), hold.backend)
 
     async def __aenter__(self) -> Self:
         backend = self.backend
-        outcome = await adrive(self._acquire(backend, None, None), backend)
+        outcome = await adrive(self._acquire(backend, current_owner(), None, None), backend)
         if not outcome.acquired:
             raise self._not_acquired(outcome)
         return self
@@ -253,10 +211,12 @@ class Primitive(Generic[K]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        owner = current_owner()
         try:
-            await self.arelease()
+            hold = self._require_hold(owner)
+            await adrive(self._release(hold), hold.backend)
         except (LockNotOwned, LockBackendError) as error:
-            self._release_failed_on_exit(error, exc)
+            self._release_failed_on_exit(owner, error, exc)
 
     # -- plumbing --------------------------------------------------------------------------
     @property
@@ -266,11 +226,11 @@ class Primitive(Generic[K]):
 
     @property
     def holder_id(self) -> str | None:
-        """The public id of this thread's/task's hold, as listings show it (None: not held).
+        """The public id of this owner's hold, as listings show it (None: not held).
 
         Safe to log and to show: it identifies the hold without revealing its token.
         """
-        hold = self._current_hold()
+        hold = self._current_hold(current_owner())
         return None if hold is None else hold.holder_id
 
     def _keys_for(self, backend: Backend) -> K:
@@ -285,17 +245,17 @@ class Primitive(Generic[K]):
             return None  # the parent's hold, seen from a forked child
         return hold
 
-    def _require_hold(self) -> Hold:
-        hold = self._current_hold()
+    def _require_hold(self, owner: Any) -> Hold:
+        hold = self._current_hold(owner)
         if hold is None:
-            raise LockNotOwned(f"{self.kind} {self.name!r} is not held by this {_owner_kind()}")
+            raise LockNotOwned(f"{self.kind} {self.name!r} is not held by this {owner_kind(owner)}")
         return hold
 
     def _release_failed_on_exit(
-        self, error: LockNotOwned | LockBackendError, exc: BaseException | None
+        self, owner: Any, error: LockNotOwned | LockBackendError, exc: BaseException | None
     ) -> None:
-        hold = self._current_hold()
-        if hold is not None:  # the block is over: let an unreleased hold expire by its TTL
+        hold = self._current_hold(owner)
+        if hold is not None:  # the block is over (a failed release goes on in the background)
             self._forget(hold)
         if exc is None:
             raise error
@@ -304,13 +264,16 @@ class Primitive(Generic[K]):
         exc.add_note(f"django-redis-locks: releasing {self.name!r} also failed: {error}")
 
     def _lost(self, hold: Hold, reason: str) -> LockLost:
-        hold.mark_lost(reason)
+        """The owner's own call found ``hold`` gone: report it (once), forget it."""
+        if hold.lose(reason):
+            hold.report_lost()
         self._forget(hold)
-        return LockLost(f"{self.kind} {self.name!r} was lost: {hold.lost_reason}")
+        return LockLost(f"{self.kind} {self.name!r} was lost: {hold.lost_reason or reason}")
 
     def _forget(self, hold: Hold) -> None:
         if hold.renewed:
             renewer().remove(hold)
+        hold.end()
         owner = hold.owner()
         if owner is not None and self._holds.get(owner) is hold:
             del self._holds[owner]
@@ -346,132 +309,43 @@ class Primitive(Generic[K]):
 
     # -- operations (sans I/O) -------------------------------------------------------------
     def _acquire(
-        self, backend: Backend, blocking: bool | None, timeout: float | None
+        self, backend: Backend, owner: Any, blocking: bool | None, timeout: float | None
     ) -> Operation[Outcome]:
         blocking = self.blocking if blocking is None else check_bool(blocking, "blocking")
         if timeout is not None and not blocking:
             raise InvalidArgument("timeout", "cannot be given with blocking=False")
         wait = check_wait(timeout, "timeout") if timeout is not None else self.blocking_timeout
-        owner = current_owner()
         existing = self._current_hold(owner)
         if existing is not None:
-            if not existing.lost:
-                raise LockAlreadyHeld(
-                    f"{self.kind} {self.name!r} is already held by this {_owner_kind()}"
-                )
-            self._forget(existing)
+            yield from self._retire(existing, owner)
         request = Request(
             backend=backend,
             keys=self._keys_for(backend),
             owner=owner,
-            token=self._pending.pop(owner, "") or new_token(),
+            token=new_token(),
             ttl=self.timeout if self.timeout is not None else backend.default_timeout,
             metadata=holder_metadata(owner, self._metadata_json),
         )
-        return self._acquire_steps(request, blocking, wait)
+        return (yield from acquire_steps(self, request, blocking, wait))
 
-    def _acquire_steps(
-        self, request: Request[K], blocking: bool, wait: float | None
-    ) -> Operation[Outcome]:
-        deadline = None if wait is None else time.monotonic() + wait
-        waiter = None
-        attempting = queued = False
-        # Server clock minus local monotonic clock, from the last refusal: it dates a
-        # hand-over. Taken with the local time the request was sent, so a grant is dated no
-        # later than it happened (and a hold's end estimated no later than its real end).
-        offset: float | None = None
-        try:
-            if blocking and request.backend.hub().ready:
-                # The process listens already: register at once, so that a release between
-                # the first attempt and the wait cannot slip by, and no second try is needed.
-                waiter = yield Listen(self._wake_message(request), 1.0)
-            while True:
-                started = time.monotonic()
-                attempting = True
-                result = yield from self._attempt(request, blocking)
-                attempting = False
-                if isinstance(result, replies.Acquired):
-                    self._grant(request, result, started)
-                    return Outcome(True)
-                queued = queued or result.position > 0
-                if result.server_now_ms is not None:
-                    offset = result.server_now_ms / 1000 - started
-                holder_left = result.holder_ttl_ms / 1000 if result.holder_ttl_ms >= 0 else None
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if not blocking or (remaining is not None and remaining <= 0):
-                    if queued:
-                        yield from self._leave_queue(request)
-                    logger.debug("acquire: %s %r is taken", self.kind, self.name)
-                    self._emit("contended", None, retry_after=holder_left)
-                    return Outcome(False, holder_left)
-                if waiter is None:
-                    # Register before the next attempt, so no release can slip in between.
-                    waiter = yield Listen(self._wake_message(request), min(remaining or 1.0, 1.0))
-                    continue
-                pause = self._pause(holder_left, remaining)
-                handed = yield from self._wait_turn(waiter, pause, remaining)
-                granted = _trusted(handed, offset)
-                if handed is not None and granted is not None:
-                    # The release made this waiter the holder: no further round trip.
-                    self._grant(request, handed, granted)
-                    return Outcome(True)
-        except LockBackendError:
-            if attempting:
-                # The script may have run: a retry with this token will be recognised (and
-                # keeps its place in a queue).
-                self._pending[request.owner] = request.token
-            raise
-        except (GeneratorExit, LockError):
-            raise
-        except BaseException:
-            if attempting or queued:
-                # Cancelled or interrupted: undo a grant we may never hear of, leave the queue.
-                yield Detach(self._release_call(request.keys, request.token))
-            raise
-        finally:
-            if waiter is not None:
-                waiter.close()
+    def _retire(self, hold: Hold, owner: Any) -> Operation[None]:
+        """Before a new acquire by an owner that has a hold on record: refuse if Redis says
+        it is still held (not re-entrant), else forget it. A hold that ran out unrenewed is
+        no hold; one the renewer kept alive and yet is gone was lost."""
+        if hold.state is State.HELD:
+            ttl_ms = yield from self._probe(hold)
+            if ttl_ms is not None:
+                raise LockAlreadyHeld(
+                    f"{self.kind} {self.name!r} is already held by this {owner_kind(owner)}"
+                )
+            if hold.renewed:
+                self._lost(hold, "it expired or was removed")
+            else:
+                logger.debug("acquire: %s %r: the previous hold expired", self.kind, self.name)
+        # RELEASING: a release that failed is being retried in the background.
+        self._forget(hold)
 
-    def _pause(self, holder_left: float | None, remaining: float | None) -> float:
-        """How long to wait for a wake-up before trying again: a re-check, no longer than the
-        holder's remaining TTL nor the time left to wait."""
-        pause = self.recheck_seconds
-        if holder_left is not None:
-            pause = min(pause, max(holder_left, 0.001))
-        if remaining is not None:
-            pause = min(pause, remaining)
-        return pause
-
-    def _wait_turn(
-        self, waiter: Any, pause: float, remaining: float | None
-    ) -> Operation[replies.Acquired | None]:
-        """Wait for a wake-up, at most ``pause`` seconds; return the grant a release handed
-        over, or None to try again."""
-        while True:
-            said = yield Wait(waiter, pause)
-            if not said:
-                return None  # timed out, or woken to try again
-            news = self._handed(said)
-            if isinstance(news, replies.Acquired):
-                return news
-            # Kept for its holder's slice a little longer: wait that long (or for a hand-over).
-            pause = news if remaining is None else min(news, max(remaining, 0.0))
-
-    def _leave_queue(self, request: Request[K]) -> Operation[None]:
-        call = self._release_call(request.keys, request.token)
-        try:
-            yield Eval(call)
-        except LockBackendError as error:  # the place's lease runs out on its own
-            logger.warning(
-                "acquire: %s %r: leaving the queue failed: %s", self.kind, self.name, error
-            )
-
-    @staticmethod
-    def _channel(request: Request[K]) -> str:
-        """The asking process's wake-up channel, recorded with a place in a queue."""
-        return request.backend.hub().channel
-
-    def _grant(self, request: Request[K], result: replies.Acquired, started: float) -> None:
+    def _grant(self, request: Request[Any], result: replies.Acquired, started: float) -> None:
         """Record the hold; ``started`` is a local time no later than the grant."""
         self_ref = weakref.ref(self)
 
@@ -493,7 +367,11 @@ class Primitive(Generic[K]):
         self._holds[request.owner] = hold
         if self.auto_renew:
             hold.renewed = True
-            renewer().add(_Renewal(self, hold))
+            renewer().add(
+                Renewal(
+                    hold, self._renew_call(hold), f"{self.kind} {self.name!r}", _stop(self, hold)
+                )
+            )
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "acquire: %s %r (holder %s, fence %s)",
@@ -504,26 +382,44 @@ class Primitive(Generic[K]):
             )
         self._emit("acquired", hold)
 
+    @staticmethod
+    def _channel(request: Request[Any]) -> str:
+        """The asking process's wake-up channel, recorded with a place in a queue."""
+        return request.backend.hub().channel
+
+    def _contended(self, retry_after: float | None) -> None:
+        self._emit("contended", None, retry_after=retry_after)
+
     def _release(self, hold: Hold) -> Operation[None]:
         if hold.renewed:
             renewer().remove(hold)
-        if hold.lost:
+        if hold.lost or not hold.begin_release():
             self._forget(hold)
             raise LockLost(f"{self.kind} {self.name!r} was lost: {hold.lost_reason}")
         call = self._release_call(hold.keys, hold.token)
-        # On a Redis error the hold is kept, so the caller may retry.
         retry = hold.release_sent
         hold.release_sent = True
-        code = yield Eval(call)
-        if int(code) == replies.RELEASED or (retry and int(code) == replies.NOT_HELD):
-            # (A retry that finds nothing held: the first attempt released it, and its reply
-            # was lost. Locks even recognise their own token; see lock_release.lua.)
+        try:
+            code = int((yield Eval(call)))
+        except LockBackendError:
+            # It may have run. The renewer sends it again as soon as Redis answers; the
+            # caller may retry too (both are recognised as the same release).
+            renewer().reclaim(
+                hold.backend,
+                call,
+                max(hold.local_time_left(), 0.0) + hold.ttl,
+                f"a release whose reply never came ({self.kind} {self.name!r})",
+            )
+            raise
+        done = code in (replies.RELEASED, replies.RELEASED_BEFORE)
+        if done or (retry and code == replies.NOT_HELD):
+            hold.released()
             self._forget(hold)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("release: %s %r (holder %s)", self.kind, self.name, hold.holder_id)
             self._emit("released", hold)
             return
-        raise self._lost(hold, replies.loss_reason(int(code)))
+        raise self._lost(hold, replies.loss_reason(code))
 
     def _ensure(self, hold: Hold) -> Operation[float]:
         if hold.lost:
@@ -537,52 +433,22 @@ class Primitive(Generic[K]):
                 ) from error
             raise
         if ttl_ms is None:
-            raise self._lost(hold, hold.lost_reason or "it expired or was removed")
+            raise self._lost(hold, "it expired or was removed")
         return ttl_ms / 1000
 
 
-class _Renewal:
-    """A held primitive as the renewer sees it."""
+def _stop(primitive: Primitive[Any], hold: Hold) -> Callable[[], str | None]:
+    """Why the renewer should stop renewing ``hold``: its owner ended, or its primitive was
+    garbage-collected; None to go on."""
+    primitive_ref = weakref.ref(primitive)
+    label = f"{primitive.kind} {primitive.name!r}"
 
-    def __init__(self, primitive: Primitive[Any], hold: Hold) -> None:
-        self.hold = hold
-        self._primitive = weakref.ref(primitive)
-        self._label = f"{primitive.kind} {primitive.name!r}"
-        self._call = primitive._renew_call(hold)
-
-    def renew_call(self) -> Call:
-        return self._call
-
-    def renewed(self, reply: Any, sent_at: float) -> str | None:
-        new_ttl_ms = replies.decode_renewal(reply)
-        if new_ttl_ms is None:
-            return replies.loss_reason(int(reply[0]))
-        self.hold.expires_at = sent_at + new_ttl_ms / 1000
-        return None
-
-    def alive(self) -> str | None:
-        owner = self.hold.owner()
+    def stop_reason() -> str | None:
+        owner = hold.owner()
         if owner is None or not owner_alive(owner):
-            return f"the owner of {self._label} ended without releasing it"
-        if self._primitive() is None:
-            return f"{self._label} was garbage-collected while held"
+            return f"the owner of {label} ended without releasing it"
+        if primitive_ref() is None:
+            return f"{label} was garbage-collected while held"
         return None
 
-
-def _trusted(handed: replies.Acquired | None, offset: float | None) -> float | None:
-    """The local time a hand-over was granted, if it can be trusted without a round trip.
-
-    Not when the news comes late (the waiter was stopped or starved after the grant) and
-    less than HANDOVER_TRUST of the TTL may be left: then the next attempt tells whether the
-    hold is still there.
-    """
-    if handed is None or offset is None:
-        return None
-    granted = handed.server_now_ms / 1000 - offset
-    left = granted + handed.ttl_ms / 1000 - time.monotonic()
-    return granted if left > handed.ttl_ms / 1000 * HANDOVER_TRUST else None
-
-
-def _owner_kind() -> str:
-    owner = current_owner()
-    return "thread" if owner.__class__.__name__.endswith("Thread") else "task"
+    return stop_reason

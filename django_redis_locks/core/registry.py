@@ -27,10 +27,10 @@ from .backend import Backend, backend_for_client, resolve_backend
 from .driver import Eval, EvalMany, Operation, drive
 from .errors import InvalidArgument, InvalidArgumentType
 from .events import Event, emit, listening
-from .holds import check_holder_id
+from .holder import check_holder_id
 from .info import HolderInfo, Page, SemaphoreInfo, parse_lock, parse_semaphore
 from .keys import BUCKETS, LOCK_KIND, SEMAPHORE_KIND, KeySpace
-from .replies import RELEASED, text
+from .replies import RELEASED, RELEASED_BEFORE, text
 from .scripting import Call, load
 from .validation import MAX_NAME_BYTES, check_name
 
@@ -131,7 +131,8 @@ def force_release(
         call = semaphore_protocol.release_call(keys, holder_id, forced=True)
     else:
         raise InvalidArgument("kind", f"must be 'lock' or 'semaphore', not {kind!r}")
-    released = int(drive(_eval(call), backend)) == RELEASED
+    # (RELEASED_BEFORE: a resend of this very forced release, whose first reply was lost.)
+    released = int(drive(_eval(call), backend)) in (RELEASED, RELEASED_BEFORE)
     if released:
         logger.warning("force_release: %s %r (holder %s) by %s", kind, name, holder_id, by)
         if listening("force_released"):

@@ -7,21 +7,29 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "FORCED",
+    "LEFT_QUEUE",
     "NOT_HELD",
     "OTHER_HOLDER",
     "RELEASED",
+    "RELEASED_BEFORE",
+    "UNDONE",
     "Acquired",
     "Contended",
-    "decode_handover",
     "decode_renewal",
     "loss_reason",
     "text",
 ]
 
-# Release and renewal codes of the scripts.
-RELEASED = 1
-NOT_HELD = 0
-OTHER_HOLDER = -1
+# Release codes of the lock and semaphore release scripts (renewals use the first three).
+RELEASED = 1  # released now (a forced release: evicted now)
+NOT_HELD = 0  # no live hold of that token: it expired (or was never granted)
+OTHER_HOLDER = -1  # it expired and someone else holds the name now
+LEFT_QUEUE = 2  # the token was not holding but waiting: it left the queue
+RELEASED_BEFORE = 3  # that very release (or forced release) already happened: a resend
+FORCED = -2  # the token's hold was force-released by an operator
+#: Codes that mean a release of the token took effect, now or before.
+UNDONE = frozenset((RELEASED, LEFT_QUEUE, RELEASED_BEFORE))
 
 
 def text(value: Any) -> str:
@@ -57,19 +65,6 @@ def decode_acquired(reply: Sequence[Any]) -> Acquired:
     )
 
 
-def decode_handover(payload: str) -> Acquired | float:
-    """What a wake-up message says (see :mod:`.wakeup`): "<fence or ticket>|<ttl ms>|<granted
-    at, server ms>", the hold was handed over (an Acquired whose ``server_now_ms`` is the
-    grant's time); "0|<ms>", the lock stays kept for its holder's slice that long (the
-    seconds to wait before trying)."""
-    parts = payload.split("|")
-    if int(parts[0]) == 0:
-        return int(parts[1]) / 1000
-    return Acquired(
-        fence=int(parts[0]), ttl_ms=int(parts[1]), server_now_ms=int(parts[2]), retried=False
-    )
-
-
 def decode_renewal(reply: Sequence[Any]) -> int | None:
     """A ``{1, new_ttl_ms, now_ms}`` / ``{0}`` / ``{-1}`` reply: the new TTL in ms, or None."""
     return int(reply[1]) if int(reply[0]) == 1 else None
@@ -79,4 +74,6 @@ def loss_reason(code: int) -> str:
     """Why a hold is gone, from a release or renewal code."""
     if code == OTHER_HOLDER:
         return "it expired and another holder took it"
+    if code == FORCED:
+        return "it was force-released"
     return "it expired or was removed"

@@ -13,6 +13,7 @@ from typing import Any
 
 from . import replies
 from . import semaphore_protocol as protocol
+from .acquiring import WAITER_LEASE_SECONDS, Outcome, Request
 from .backend import Backend
 from .driver import Eval, Operation, adrive, drive
 from .errors import (
@@ -25,7 +26,8 @@ from .errors import (
 from .holds import Hold
 from .info import HolderInfo, SemaphoreInfo
 from .keys import SemaphoreKeys
-from .primitive import WAITER_LEASE_SECONDS, LostCallback, Outcome, Primitive, Request
+from .ownership import bound_to_caller, current_owner
+from .primitive import LostCallback, Primitive
 from .registry import semaphore_info_steps
 from .scripting import Call
 from .validation import to_millis
@@ -50,8 +52,8 @@ class Semaphore(Primitive[SemaphoreKeys]):
     waiters, an acquire with another limit raises :class:`SemaphoreLimitMismatch` (and
     changes nothing); once nobody holds or waits, the next acquire sets the limit anew.
 
-    Like :class:`Lock`, one object may be shared by threads and asyncio tasks, each with a
-    hold of its own; it is not re-entrant.
+    Like :class:`Lock`, one object may be shared by threads, greenlets and asyncio tasks, each
+    with a hold of its own; it is not re-entrant, but a slot whose TTL ran out is no slot.
 
     Raises InvalidArgument / InvalidArgumentType (ValueError / TypeError) for bad arguments.
     """
@@ -93,15 +95,15 @@ class Semaphore(Primitive[SemaphoreKeys]):
         Raises LockNotOwned if nothing was acquired, LockLost if the slot was lost (expired
         or force-released): a lost slot is never taken back, so the limit holds.
         """
-        hold = self._require_hold()
+        hold = self._require_hold(current_owner())
         return drive(self._refresh(hold), hold.backend)
 
     def held(self) -> bool:
-        """Whether this thread/task holds a slot, as Redis sees it now."""
-        hold = self._current_hold()
+        """Whether this thread/greenlet/task holds a slot, as Redis sees it now."""
+        hold = self._current_hold(current_owner())
         if hold is None or hold.lost:
             return False
-        return drive(self._probe(hold), hold.backend) is not None
+        return drive(self._held(hold), hold.backend)
 
     def count(self) -> int:
         """How many slots are held right now (holders whose TTL ran out are not counted)."""
@@ -113,17 +115,19 @@ class Semaphore(Primitive[SemaphoreKeys]):
         backend = self.backend
         return list(drive(self._info(backend), backend).holders)
 
-    async def arefresh(self) -> float:
+    @bound_to_caller
+    async def arefresh(self, owner: Any) -> float:
         """Asyncio twin of :meth:`refresh`."""
-        hold = self._require_hold()
+        hold = self._require_hold(owner or current_owner())
         return await adrive(self._refresh(hold), hold.backend)
 
-    async def aheld(self) -> bool:
+    @bound_to_caller
+    async def aheld(self, owner: Any) -> bool:
         """Asyncio twin of :meth:`held`."""
-        hold = self._current_hold()
+        hold = self._current_hold(owner or current_owner())
         if hold is None or hold.lost:
             return False
-        return await adrive(self._probe(hold), hold.backend) is not None
+        return await adrive(self._held(hold), hold.backend)
 
     async def acount(self) -> int:
         """Asyncio twin of :meth:`count`."""
@@ -156,9 +160,13 @@ class Semaphore(Primitive[SemaphoreKeys]):
 
     def _probe(self, hold: Hold) -> Operation[int | None]:
         state = yield from self._state(hold.backend, hold)
-        if state.ttl_ms is None:
-            self._lost(hold, "its slot expired or was removed")
         return state.ttl_ms
+
+    def _held(self, hold: Hold) -> Operation[bool]:
+        if (yield from self._probe(hold)) is None:
+            self._lost(hold, "its slot expired or was removed")
+            return False
+        return True
 
     def _attempt(
         self, request: Request[SemaphoreKeys], queue: bool
@@ -192,7 +200,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
         new_ttl_ms = replies.decode_renewal(reply)
         if new_ttl_ms is None:
             raise self._lost(hold, "its slot expired or was removed")
-        hold.expires_at = started + new_ttl_ms / 1000
+        hold.extended(started + new_ttl_ms / 1000)
         return new_ttl_ms / 1000
 
     def _state(

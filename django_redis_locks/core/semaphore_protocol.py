@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import SemaphoreKeys
+from .keys import RETENTION_MS, SemaphoreKeys
+from .lock_protocol import HANDOVER_WINDOW_MS
 from .replies import Acquired, Contended, decode_acquired
 from .scripting import Call, load
 
 __all__ = [
-    "LEFT_QUEUE",
     "LimitMismatch",
     "SemaphoreState",
     "acquire_call",
@@ -21,9 +22,6 @@ __all__ = [
     "release_call",
     "state_call",
 ]
-
-#: Release code: the token was not holding but waiting, and left the queue.
-LEFT_QUEUE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +68,8 @@ def acquire_call(
             "queue" if queue else "try",
             lease_ms,
             channel,
+            HANDOVER_WINDOW_MS,
+            RETENTION_MS,
         ),
     )
 
@@ -86,16 +86,24 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | LimitMismatch
 
 
 def release_call(keys: SemaphoreKeys, token: str, *, forced: bool = False) -> Call:
-    """Release (or leave the queue) by ``token``; with ``forced`` the token is a holder id."""
+    """Release (or leave the queue) by ``token``; with ``forced`` the token is a holder id,
+    and the call gets an id of its own, recognised if resent."""
     return Call(
         load("sem_release"),
         _all(keys),
-        (token, "holder" if forced else "token", keys.member),
+        (
+            token,
+            "holder" if forced else "token",
+            keys.member,
+            HANDOVER_WINDOW_MS,
+            RETENTION_MS,
+            secrets.token_hex(4) if forced else "-",
+        ),
     )
 
 
 def refresh_call(keys: SemaphoreKeys, token: str, ttl_ms: int) -> Call:
-    return Call(load("sem_refresh"), _all(keys), (token, ttl_ms, keys.member))
+    return Call(load("sem_refresh"), _all(keys), (token, ttl_ms, keys.member, RETENTION_MS))
 
 
 def state_call(keys: SemaphoreKeys, token: str | None) -> Call:

@@ -1,18 +1,26 @@
 """Wake blocked waiters when a lock is released: one pub/sub connection per process and server.
 
-Each process listens on a channel of its own (``<ns>:wake:<process id>``), which a waiter
+Each process listens on a channel of its own (``<ns>:wake:<random id>``), which a waiter
 records with its place in a queue. Release scripts publish there, one message per waiter that
-may now go ahead: ``"<member>#<holder id>"`` (``member`` is ``"lock:<name>"`` or
-``"sem:<name>"``), with ``"|<fence>|<ttl ms>"`` appended when the release already handed the
-hold to that waiter. Uncontended releases publish nothing, and no process hears of another's
+may now go ahead. The message format (the scripts build it; :func:`split_message` and
+:func:`decode_wake` read it)::
+
+    <member>#<holder id>          try now: the hold was handed (or a slot admitted) to you,
+                                  or the name is free
+    <member>#<holder id>|<ms>     the name stays kept for its holder's slice this many ms
+
+``member`` is ``"lock:<name>"`` or ``"sem:<name>"``, ``holder id`` the waiter's (see
+:mod:`.holder`). Uncontended releases publish nothing, and no process hears of another's
 waiters. In each process a single listener thread per (client, namespace) subscribes once and
 wakes the local waiter registered under that key, sync (``threading.Event``) and asyncio alike
-(through ``loop.call_soon_threadsafe``), passing the hand-over along. However many callers
-wait, the process holds one extra connection per server.
+(through ``loop.call_soon_threadsafe``). However many callers wait, the process holds one
+extra connection per server.
 
 Waiters never rely on a notification alone: each wait is bounded (by the holder's remaining
 TTL and a re-check interval), so a lost message costs latency, never liveness. After the
-listener reconnects it wakes everybody, since messages may have been missed meanwhile.
+listener reconnects it wakes everybody, since messages may have been missed meanwhile. A
+listener that cannot subscribe (the server is away, or refuses the channel) says so once at
+WARNING, retries with back-off, and says so again when it is back.
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-__all__ = ["AsyncWaiter", "SyncWaiter", "WakeupHub", "hub_for"]
+from .ownership import runtime_key
+
+__all__ = ["AsyncWaiter", "SyncWaiter", "WakeupHub", "decode_wake", "hub_for", "split_message"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,40 +47,44 @@ logger = logging.getLogger(__name__)
 _POLL_SECONDS = 1.0
 #: The listener unsubscribes and ends after this long without waiters.
 _IDLE_EXIT_SECONDS = 30.0
-#: A wake-up message carrying news: "<waiter key>|<number>|<number>[|<number>]".
-_HANDOVER = re.compile(r"(.*#[0-9a-f]{16})\|(\d+\|\d+(?:\|\d+)?)", re.DOTALL)
+#: A wake-up message with news after the waiter key: "<member>#<holder id>|<ms>".
+_WITH_NEWS = re.compile(r"(.*#[0-9a-f]{16})\|(\d+)", re.DOTALL)
 
 
 def split_message(data: str) -> tuple[str, str]:
-    """(waiter key, hand-over payload or "") of a wake-up message."""
-    match = _HANDOVER.fullmatch(data)
+    """(waiter key, news or "") of a wake-up message."""
+    match = _WITH_NEWS.fullmatch(data)
     return (match[1], match[2]) if match else (data, "")
+
+
+def decode_wake(news: str) -> float | None:
+    """What a waiter was told: None, try now; else the seconds to wait before trying."""
+    return int(news) / 1000 if news else None
 
 
 class SyncWaiter:
     """A thread's registration for wake-ups under one key."""
 
-    __slots__ = ("_event", "_payload", "hub", "member")
+    __slots__ = ("_event", "_news", "hub", "member")
 
     def __init__(self, hub: WakeupHub, member: str) -> None:
         self.hub = hub
         self.member = member
         self._event = threading.Event()
-        self._payload = ""
+        self._news = ""
 
-    def wake(self, payload: str = "") -> None:
-        if payload:
-            self._payload = payload
+    def wake(self, news: str = "") -> None:
+        self._news = news  # the latest message counts
         self._event.set()
 
     def wait(self, timeout: float) -> str | None:
-        """Block up to ``timeout`` seconds. None if not woken, else the hand-over payload ("" for
-        a plain wake-up). Consumes the wake-up."""
+        """Block up to ``timeout`` seconds. None if not woken, else the message's news ("":
+        try now; see :func:`decode_wake`). Consumes the wake-up."""
         if not self._event.wait(max(timeout, 0.0)):
             return None
         self._event.clear()
-        payload, self._payload = self._payload, ""
-        return payload
+        news, self._news = self._news, ""
+        return news
 
     def close(self) -> None:
         self.hub.unregister(self)
@@ -79,24 +93,23 @@ class SyncWaiter:
 class AsyncWaiter:
     """An asyncio task's registration for wake-ups under one key."""
 
-    __slots__ = ("_event", "_loop", "_payload", "hub", "member")
+    __slots__ = ("_event", "_loop", "_news", "hub", "member")
 
     def __init__(self, hub: WakeupHub, member: str) -> None:
         self.hub = hub
         self.member = member
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
-        self._payload = ""
+        self._news = ""
 
-    def wake(self, payload: str = "") -> None:
-        if payload:
-            self._payload = payload  # read by wait() after the event is set, on the loop
+    def wake(self, news: str = "") -> None:
+        self._news = news  # the latest message counts; read by wait() on the loop
         with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting any more
             self._loop.call_soon_threadsafe(self._event.set)
 
     async def wait(self, timeout: float) -> str | None:
-        """Wait up to ``timeout`` seconds. None if not woken, else the hand-over payload ("" for
-        a plain wake-up). Consumes the wake-up."""
+        """Wait up to ``timeout`` seconds. None if not woken, else the message's news ("":
+        try now; see :func:`decode_wake`). Consumes the wake-up."""
         try:
             async with asyncio.timeout(max(timeout, 0.0)):
                 await self._event.wait()
@@ -104,8 +117,8 @@ class AsyncWaiter:
             return None
         finally:
             self._event.clear()
-        payload, self._payload = self._payload, ""
-        return payload
+        news, self._news = self._news, ""
+        return news
 
     def close(self) -> None:
         self.hub.unregister(self)
@@ -130,7 +143,7 @@ class WakeupHub:
         self._ready_futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._thread: threading.Thread | None = None
         self._idle_since = time.monotonic()
-        self.pid = os.getpid()
+        self.runtime = runtime_key()
 
     # -- registration ------------------------------------------------------------------
     def register(self, member: str) -> SyncWaiter:
@@ -144,14 +157,19 @@ class WakeupHub:
         return waiter
 
     def _add(self, waiter: Waiter) -> None:
+        thread = None
         with self._mutex:
             self._waiters.setdefault(waiter.member, set()).add(waiter)
+            if self._thread is not None and not self._thread.is_alive():
+                logger.warning("wake-up listener on %s had died; starting it again", self._channel)
+                self._thread = None
             if self._thread is None:
                 self._ready.clear()
-                self._thread = threading.Thread(
+                thread = self._thread = threading.Thread(
                     target=self._run, name=f"drl-wakeup-{self._channel}", daemon=True
                 )
-                self._thread.start()
+        if thread is not None:
+            thread.start()  # outside the mutex: under gevent, starting may switch greenlets
 
     def unregister(self, waiter: Waiter) -> None:
         with self._mutex:
@@ -203,9 +221,24 @@ class WakeupHub:
 
     # -- listener thread -----------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._listen()
+        except Exception:
+            logger.warning(
+                "wake-up listener on %s failed; waiters fall back to re-checks until it is "
+                "started again",
+                self._channel,
+                exc_info=True,
+            )
+            with self._mutex:
+                self._thread = None
+                self._ready.clear()
+            self._wake_all()
+
+    def _listen(self) -> None:
         pubsub = None
         backoff = 0.05
-        had_error = False
+        failing: str | None = None  # what went wrong, while it goes on
         try:
             while True:
                 with self._mutex:
@@ -220,13 +253,21 @@ class WakeupHub:
                         pubsub.subscribe(self._channel)
                     message = pubsub.get_message(timeout=_POLL_SECONDS)
                 except Exception as exc:
-                    # RedisError when the server is away; redis-py may also raise TypeError or
-                    # OSError when the client was closed under the listener. Reconnect.
-                    logger.debug("wake-up listener on %s: %r", self._channel, exc)
+                    # RedisError when the server is away or refuses the channel; redis-py may
+                    # also raise TypeError or OSError when the client was closed under the
+                    # listener. Reconnect, and say so once.
+                    if failing is None:
+                        logger.warning(
+                            "wake-up listener on %s cannot listen (%s: %s); retrying, and "
+                            "waiters re-check every second meanwhile",
+                            self._channel,
+                            type(exc).__name__,
+                            exc,
+                        )
+                    failing = f"{type(exc).__name__}: {exc}"
                     self._ready.clear()
                     _close(pubsub)
                     pubsub = None
-                    had_error = True
                     self._wake_all()
                     time.sleep(backoff)  # reconnect back-off, not synchronisation
                     backoff = min(backoff * 2, 1.0)
@@ -236,7 +277,9 @@ class WakeupHub:
                 if message["type"] == "subscribe":
                     backoff = 0.05
                     self._set_ready()
-                    if had_error:  # messages may have been lost while disconnected
+                    if failing is not None:  # messages may have been lost meanwhile
+                        logger.warning("wake-up listener on %s listens again", self._channel)
+                        failing = None
                         self._wake_all()
                 elif message["type"] == "message":
                     data = message["data"]
@@ -253,11 +296,11 @@ class WakeupHub:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, future)
 
-    def _wake(self, member: str, payload: str = "") -> None:
+    def _wake(self, member: str, news: str = "") -> None:
         with self._mutex:
             waiters = list(self._waiters.get(member, ()))
         for waiter in waiters:
-            waiter.wake(payload)
+            waiter.wake(news)
 
     def _wake_all(self) -> None:
         with self._mutex:
@@ -289,7 +332,7 @@ def hub_for(client: Any, channel: str) -> WakeupHub:
     with _hubs_mutex:
         hubs: dict[str, WakeupHub] = client.__dict__.setdefault("_drl_wakeup_hubs", {})
         hub = hubs.get(channel)
-        if hub is None or hub.pid != os.getpid():  # after fork(), start afresh
+        if hub is None or hub.runtime != runtime_key():  # after fork() or patching: afresh
             hub = hubs[channel] = WakeupHub(client, channel)
         return hub
 

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from django_redis_locks.core import Backend, Lock, LockBackendError, Semaphore
-from django_redis_locks.core.holds import holder_id
+from django_redis_locks.core.holder import holder_id
 from django_redis_locks.inspect import get_lock, get_semaphore
 from tests.chaos.proxy import Mode, ReplyProxy
 from tests.helpers import is_held

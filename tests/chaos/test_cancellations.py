@@ -33,7 +33,7 @@ from django_redis_locks.core import (
     Semaphore,
     driver,
 )
-from django_redis_locks.core.renewer import renewer
+from django_redis_locks.core.renewal import renewer
 from django_redis_locks.core.replies import text
 from django_redis_locks.inspect import list_locks, list_semaphores
 from tests.harness.servers import HarnessError, wait_until

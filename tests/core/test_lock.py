@@ -198,7 +198,7 @@ def test_threads_sharing_one_lock_object_hold_separately(backend: Backend) -> No
 def test_release_is_recognised_when_repeated(backend: Backend) -> None:
     """A release whose reply was lost and is sent again (same token) still succeeds."""
     from django_redis_locks.core import lock_protocol as protocol
-    from django_redis_locks.core.replies import RELEASED
+    from django_redis_locks.core.replies import RELEASED, RELEASED_BEFORE
     from django_redis_locks.core.scripting import run
 
     lock = Lock("again", client=backend, timeout=5)
@@ -207,5 +207,5 @@ def test_release_is_recognised_when_repeated(backend: Backend) -> None:
     assert hold is not None
     call = protocol.release_call(hold.keys, hold.token)
     assert run(backend.client, call) == RELEASED
-    assert run(backend.client, call) == RELEASED  # the retry
+    assert run(backend.client, call) == RELEASED_BEFORE  # the retry: recognised
     lock.release()  # and the library's own call after it

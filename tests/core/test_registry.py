@@ -34,7 +34,7 @@ import redis
 from django_redis_locks import Lock, LockLost, Semaphore
 from django_redis_locks import inspect as inspect_api
 from django_redis_locks.core import Backend, InvalidArgument, InvalidArgumentType, lock_protocol
-from django_redis_locks.core.holds import holder_metadata, metadata_json, new_token
+from django_redis_locks.core.holder import holder_metadata, metadata_json, new_token
 from django_redis_locks.core.keys import KeySpace
 from django_redis_locks.core.scripting import load
 from django_redis_locks.inspect import (

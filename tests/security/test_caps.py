@@ -17,7 +17,7 @@ from django.core.management import load_command_class
 
 from django_redis_locks import InvalidArgument, Lock, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.core.holds import MAX_METADATA_BYTES
+from django_redis_locks.core.holder import MAX_METADATA_BYTES
 from django_redis_locks.core.validation import MAX_TTL_SECONDS
 from django_redis_locks.inspect import get_semaphore
 

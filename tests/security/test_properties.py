@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from django_redis_locks import InvalidArgument, InvalidArgumentType, Lock, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.core.holds import (
+from django_redis_locks.core.holder import (
     MAX_METADATA_BYTES,
     check_holder_id,
     holder_metadata,

@@ -1,11 +1,13 @@
 -- lock_acquire: take the lock if it is free and no earlier waiter is due; else (when asked)
--- queue for it. One atomic step, clock from TIME.
+-- queue for it. Also confirms a hold that a release handed to this token. One atomic step,
+-- clock from TIME.
 --
 -- KEYS[1]  <ns>:{b}:lock:<name>    lock hash (see lib/lock)
 -- KEYS[2]  <ns>:{b}:lockq:<name>   queue: token -> ticket, arrival order of blocked waiters
--- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> lease, ttl, handoff, session, slice, meta
--- KEYS[4]  <ns>:{b}:reg:names      registry: members in name order
--- KEYS[5]  <ns>:{b}:reg:expiry     registry: member -> expiry (ms)
+-- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> ttl, handoff, session, slice, channel, meta
+-- KEYS[4]  <ns>:{b}:lockl:<name>   leases: token -> expiry (ms) of a waiter's place
+-- KEYS[5]  <ns>:{b}:reg:names      registry: members in name order
+-- KEYS[6]  <ns>:{b}:reg:expiry     registry: member -> expiry (ms)
 -- ARGV[1]  token (random, >= 128 bits)
 -- ARGV[2]  ttl in milliseconds (> 0)
 -- ARGV[3]  holder metadata (JSON text, stored as is)
@@ -15,15 +17,15 @@
 -- ARGV[7]  waiter lease in milliseconds: a queued waiter that does not ask again within it
 --          loses its place
 -- ARGV[8]  "1" if a release may hand the lock straight to this waiter, else "0"
--- ARGV[9]  session: who is asking (a process and thread or task), for slices
+-- ARGV[9]  session: who is asking (a process and thread, greenlet or task), for slices
 -- ARGV[10] slice in milliseconds (0: none)
 -- ARGV[11] the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
 --
 -- Reply:
 --   {1, fence, ttl_ms, now_ms, 0}  acquired
---   {1, fence, ttl_ms, now_ms, 1}  already held with this very token (a retried acquire whose
---                                  first reply was lost, or a hand-over not yet heard of):
---                                  nothing written
+--   {1, fence, ttl_ms, now_ms, 1}  already held with this very token: a hand-over to this
+--                                  waiter, now confirmed for the full TTL, or a resent
+--                                  acquire whose first reply was lost; ttl_ms is what is left
 --   {0, holder_ttl_ms, position, now_ms}
 --                                  not acquired: holder_ttl_ms is how long the holder (or a
 --                                  slice's reservation) keeps it, -1 when it is free but due to
@@ -39,6 +41,7 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local token = ARGV[1]
+local ttl = tonumber(ARGV[2])
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'session', 'slice_end',
     'reserved')
@@ -48,6 +51,12 @@ if held[1] then
 end
 if held[1] and holder_ttl > 0 then
     if held[1] == token then
+        if holder_ttl < ttl then  -- confirm a hand-over (its short window) for the full TTL
+            redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl))
+            redis.call('PEXPIRE', KEYS[1], ttl + tonumber(ARGV[5]))
+            registry_set(KEYS[5], KEYS[6], ARGV[4], now_ms + ttl, now_ms, false)
+            holder_ttl = ttl
+        end
         return {1, held[3], holder_ttl, now_ms, 1}
     end
 else
@@ -59,27 +68,26 @@ else
     else
         local head = nil
         if reserved <= 0 then
-            head = lock_queue_head(KEYS[2], KEYS[3], now_ms)
+            head = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
         end
         if not head or head == token then
             if head then
-                lock_dequeue(KEYS[2], KEYS[3], token)
+                lock_dequeue(KEYS[2], KEYS[3], KEYS[4], token)
             end
             local slice_end = now_ms + tonumber(ARGV[10])
             if reserved > 0 then
                 slice_end = tonumber(held[5])  -- the session's slice goes on
             end
-            local ttl = tonumber(ARGV[2])
             local fence = lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, now_us,
                 tonumber(ARGV[5]), held[3], ARGV[9], slice_end)
-            registry_set(KEYS[4], KEYS[5], ARGV[4], now_ms + ttl, now_ms, false)
+            registry_set(KEYS[5], KEYS[6], ARGV[4], now_ms + ttl, now_ms, false)
             return {1, fence, ttl, now_ms, 0}
         end
     end
 end
 local position = 0
 if ARGV[6] == 'queue' then
-    position = lock_enqueue(KEYS[2], KEYS[3], token, now_ms, now_us, tonumber(ARGV[7]),
+    position = lock_enqueue(KEYS[2], KEYS[3], KEYS[4], token, now_ms, now_us, tonumber(ARGV[7]),
         ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. ARGV[11] .. ' '
         .. ARGV[3])
 end

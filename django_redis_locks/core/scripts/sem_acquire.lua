@@ -1,27 +1,31 @@
--- sem_acquire: take a slot of a fair counting semaphore, or queue for one; one atomic step,
--- clock from TIME (Redis in Action 6.3.2 and 11.2.3, on server time).
+-- sem_acquire: take a slot of a fair counting semaphore, or queue for one; also confirms a
+-- slot that a release admitted this token to. One atomic step, clock from TIME (Redis in
+-- Action 6.3.2 and 11.2.3, on server time).
 --
 -- KEYS[1]  <ns>:{b}:sem:<name>    holders: token -> expiry (ms)
 -- KEYS[2]  <ns>:{b}:semq:<name>   queue: token -> ticket, arrival order of blocked waiters
 -- KEYS[3]  <ns>:{b}:semw:<name>   leases: token -> expiry (ms) of a waiter's place
--- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token> -> holder record
+-- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token>, w:<token>, gone
 -- KEYS[5]  <ns>:{b}:reg:names     registry: members in name order
 -- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
 -- ARGV[1]  token (random, >= 128 bits)
 -- ARGV[2]  limit (>= 1)
 -- ARGV[3]  holder ttl in milliseconds (> 0)
 -- ARGV[4]  holder metadata (JSON text, stored as is)
--- ARGV[5]  registry member ("sem:<name>"); wake-up messages are "<member>#<holder id>|
---          <ticket>|<ttl ms>": a waiter admitted by another call (see lib/semaphore)
+-- ARGV[5]  registry member ("sem:<name>"); also the start of wake-up messages (wakeup.py)
 -- ARGV[6]  "try": never queue; "queue": take (or keep) a place in the queue if not admitted
 -- ARGV[7]  waiter lease in milliseconds: a queued waiter that does not come back within it
 --          loses its place
 -- ARGV[8]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
+-- ARGV[9]  admission window in milliseconds (see lib/semaphore)
+-- ARGV[10] retention in milliseconds of the recent releases once nobody holds or waits
 --
 -- Reply:
 --   {1, ticket, ttl_ms, now_ms, 0}   admitted
---   {1, ticket, pttl_ms, now_ms, 1}  already a holder with this very token (a retried acquire
---                                    whose first reply was lost): nothing written
+--   {1, ticket, ttl_ms, now_ms, 1}   already a holder with this very token: an admission by
+--                                    a release, now confirmed for the full TTL, or a resent
+--                                    acquire whose first reply was lost; ttl_ms is what is
+--                                    left
 --   {0, wait_ms, position, now_ms}   not admitted: wait_ms is the time until the first
 --                                    holder's TTL runs out (-1: no holder); position is the
 --                                    1-based place in the queue (0: not queued)
@@ -30,8 +34,8 @@
 --
 -- Fairness: a waiter is admitted only when fewer than the free slots are taken by waiters
 -- ahead of it in ticket order, and a "try" never overtakes a queued waiter; releases admit
--- queued waiters themselves. Expired holders and waiters are dropped first, so the limit
--- holds however long a holder was paused.
+-- queued waiters themselves. Expired holders never count, so the limit holds however long a
+-- holder was paused.
 -- @include registry
 -- @include semaphore
 local t = redis.call('TIME')
@@ -39,20 +43,29 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local token = ARGV[1]
 local limit = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+local retention = tonumber(ARGV[10])
 
 local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
 if dropped > 0 then
     -- Slots freed by expiry go to the queue first (possibly to this very caller).
-    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], now_ms)
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], now_ms, tonumber(ARGV[9]))
 end
 local mine = redis.call('ZSCORE', KEYS[1], token)
-if mine then
+if mine and tonumber(mine) > now_ms then
+    local left = tonumber(mine) - now_ms
+    if left < ttl then  -- confirm an admission (its short window) for the full TTL
+        redis.call('ZADD', KEYS[1], 'XX', now_ms + ttl, token)
+        local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, retention)
+        registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
+        left = ttl
+    end
     local record = redis.call('HGET', KEYS[4], 'h:' .. token) or ''
     local ticket = string.match(record, '^%d+ (%d+)') or '0'
-    return {1, ticket, tonumber(mine) - now_ms, now_ms, 1}
+    return {1, ticket, left, now_ms, 1}
 end
 
-local holding = redis.call('ZCARD', KEYS[1])
+local holding = semaphore_count(KEYS[1], now_ms)
 local waiting = redis.call('ZCARD', KEYS[2])
 local stored = redis.call('HGET', KEYS[4], 'limit')
 if stored ~= ARGV[2] then
@@ -79,11 +92,10 @@ if free > ahead then
     else
         ticket = semaphore_ticket(KEYS[4], now_us)
     end
-    local ttl = tonumber(ARGV[3])
     redis.call('ZADD', KEYS[1], now_ms + ttl, token)
     redis.call('HSET', KEYS[4], 'h:' .. token,
         string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. ARGV[4])
-    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, retention)
     registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
     return {1, ticket, ttl, now_ms, 0}
 end
@@ -96,10 +108,11 @@ if ARGV[6] == 'queue' then
     end
     redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[7]), token)
     position = ahead + 1
-    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, retention)
     registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES',
+    'LIMIT', 0, 1)
 local wait_ms = -1
 if first[2] then
     wait_ms = tonumber(first[2]) - now_ms

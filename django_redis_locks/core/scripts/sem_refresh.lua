@@ -1,5 +1,6 @@
 -- sem_refresh: give a semaphore holder a fresh TTL (Redis in Action 6.3.3), if it still
 -- holds its slot. A holder whose TTL ran out is never revived, even before it was pruned.
+-- Sent twice, it has the effect of one (the TTL counts from the later run).
 --
 -- KEYS[1]  <ns>:{b}:sem:<name>    holders: token -> expiry (ms)
 -- KEYS[2]  <ns>:{b}:semq:<name>   queue: token -> ticket
@@ -10,6 +11,7 @@
 -- ARGV[1]  token
 -- ARGV[2]  new ttl in milliseconds (> 0), counted from now
 -- ARGV[3]  registry member ("sem:<name>")
+-- ARGV[4]  retention in milliseconds of the recent releases once nobody holds or waits
 --
 -- Reply:
 --   {1, ttl_ms, now_ms}  refreshed
@@ -24,6 +26,6 @@ if not expires or tonumber(expires) <= now_ms then
 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'XX', now_ms + ttl, ARGV[1])
-local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, tonumber(ARGV[4]))
 registry_set(KEYS[5], KEYS[6], ARGV[3], last, now_ms, true)
 return {1, ttl, now_ms}

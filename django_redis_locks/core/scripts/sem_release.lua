@@ -1,53 +1,80 @@
 -- sem_release: give back a semaphore slot held with the given token, or leave the queue
--- (or, for a forced release, evict the holder with the given id).
+-- (or, for a forced release, evict the holder with the given id). Sent twice, it takes
+-- effect once.
 --
 -- KEYS[1]  <ns>:{b}:sem:<name>    holders: token -> expiry (ms)
 -- KEYS[2]  <ns>:{b}:semq:<name>   queue: token -> ticket
 -- KEYS[3]  <ns>:{b}:semw:<name>   leases: token -> expiry (ms)
--- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token> -> holder record
+-- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token>, w:<token>, gone
 -- KEYS[5]  <ns>:{b}:reg:names     registry: members in name order
 -- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
 -- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
--- ARGV[3]  registry member ("sem:<name>"); waiters admitted here are told, on their own
---          process's channel, with "<member>#<holder id>|<ticket>|<ttl ms>"
+-- ARGV[3]  registry member ("sem:<name>"); also the start of wake-up messages (wakeup.py)
+-- ARGV[4]  admission window in milliseconds (see lib/semaphore)
+-- ARGV[5]  retention in milliseconds of the recent releases once nobody holds or waits
+-- ARGV[6]  forced release: the request's id (random), so that it is recognised if resent
 --
 -- Reply:
---    1  the slot was released (and given to the next queued waiter, if any, who was told)
+--    1  the slot was released (evicted, for a forced release), and given to the next live
+--       queued waiter, if any, who was told
+--    3  that very release (or forced release request) happened already: this is a resend
 --    2  the token was not holding but waiting: it left the queue
---    0  neither holding nor waiting (expired, released before, or evicted): nothing written
+--    0  neither holding nor waiting (expired, or never admitted): nothing written
+--   -2  the token's slot was force-released: nothing written
 -- @include registry
 -- @include semaphore
+-- @include gone
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local forced = ARGV[2] == 'holder'
 local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
 
-local token = ARGV[1]
-if ARGV[2] == 'holder' then
-    token = nil
-    for _, candidate in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-        if string.sub(redis.sha1hex(candidate), 1, 16) == ARGV[1] then
+local token, hid
+if forced then
+    hid = ARGV[1]
+    for _, candidate in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf')) do
+        if string.sub(redis.sha1hex(candidate), 1, 16) == hid then
             token = candidate
             break
         end
     end
+else
+    token = ARGV[1]
+    hid = string.sub(redis.sha1hex(token), 1, 16)
 end
 
 local outcome = 0
-if token and redis.call('ZREM', KEYS[1], token) == 1 then
+local expires = token and redis.call('ZSCORE', KEYS[1], token)
+if expires and tonumber(expires) > now_ms then
+    redis.call('ZREM', KEYS[1], token)
     redis.call('HDEL', KEYS[4], 'h:' .. token)
+    if forced then
+        gone_add(KEYS[4], hid, 'X' .. hid .. '.' .. ARGV[6])
+    else
+        gone_add(KEYS[4], hid, 'R' .. hid)
+    end
     outcome = 1
-elseif token and ARGV[2] == 'token' and redis.call('ZREM', KEYS[2], token) == 1 then
+elseif not forced and redis.call('ZREM', KEYS[2], token) == 1 then
     redis.call('ZREM', KEYS[3], token)
     redis.call('HDEL', KEYS[4], 'w:' .. token)
     outcome = 2
+else
+    local kind, request = gone_kind(KEYS[4], hid)
+    if kind == 'R' and not forced then
+        outcome = 3
+    elseif kind == 'X' and not forced then
+        outcome = -2
+    elseif kind == 'X' and request == ARGV[6] then
+        outcome = 3
+    end
 end
 
-if outcome + dropped > 0 then  -- a slot (or a place ahead) is free: admit who is next
-    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], now_ms)
+if outcome == 1 or outcome == 2 or dropped > 0 then  -- a slot or a place ahead is free
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], now_ms, tonumber(ARGV[4]))
 end
-local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, tonumber(ARGV[5]))
 if not last then
     registry_remove(KEYS[5], KEYS[6], ARGV[3], now_ms)
 else

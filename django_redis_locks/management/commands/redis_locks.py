@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redis_locks.core.errors import LockError
-from django_redis_locks.core.holds import HOLDER_ID_LENGTH
+from django_redis_locks.core.holder import HOLDER_ID_LENGTH
 from django_redis_locks.inspect import (
     HolderInfo,
     Page,

@@ -1,16 +1,19 @@
 -- lib/lock: shared steps of the lock scripts (``-- @include lock``). Every function takes its
 -- keys as arguments, and the including script passes KEYS entries.
 --
--- lock_key     HASH  token, fence, acquired, expires (ms, server time), meta, released;
---                    session, slice_end: whose slice is running and until when; reserved:
---                    until when a lock released during its holder's slice stays kept for that
---                    holder's session; told: the slice_end the first waiter was told about.
---                    The key expires a retention after the hold, so that the fence (and the
---                    last released token) outlive it.
+-- lock_key     HASH  token, fence, acquired, expires (ms, server time), meta; session,
+--                    slice_end: whose slice is running and until when; reserved: until when a
+--                    lock released during its holder's slice stays kept for that holder's
+--                    session; told: the slice_end the first waiter was told about; xseq: the
+--                    last extend applied to the current hold; gone: recent releases (see
+--                    lib/gone). The key outlives the hold by a retention, so that the fence
+--                    and the recent releases outlive it.
 -- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
--- waiters_key  HASH  token -> "<lease expiry ms> <ttl ms> <handoff 0|1> <session> <slice ms>
---                    <wake-up channel> <metadata JSON>"; the channel is the waiting
---                    process's own, so that a wake-up reaches that process only
+-- waiters_key  HASH  token -> "<ttl ms> <handoff 0|1> <session> <slice ms> <wake-up channel>
+--                    <metadata JSON>"; the channel is the waiting process's own, so that a
+--                    wake-up reaches that process only
+-- leases_key   ZSET  token -> expiry (ms) of each waiter's place: a waiter that stops asking
+--                    loses it, and dead places are dropped a bounded number at a time
 --
 -- A hold is live while its token is set and ``expires`` is in the future (server time).
 --
@@ -18,41 +21,58 @@
 -- (a few ms from that grant) ends, even while others wait; then its release hands the lock to
 -- the first waiter. This keeps a lock busy under contention instead of paying a wake-up of
 -- another process on every acquire, while no waiter waits more than a slice per holder ahead.
+--
+-- Hand-over: a release gives the lock to the first live waiter for a short confirmation
+-- window only; the waiter, woken, runs lock_acquire with its token, which confirms the hold
+-- for its full TTL. A waiter that died while queued holds the lock no longer than the window.
 
--- The first waiter whose lease is still running, with its record; drops dead ones on the way.
-local function lock_queue_head(queue_key, waiters_key, now_ms)
-    while true do
+-- Most dead waiters dropped, and most queue heads looked at, by one script: bounded work.
+local LOCK_PRUNE = 16
+
+-- Leave the queue; return true if ``token`` was in it.
+local function lock_dequeue(queue_key, waiters_key, leases_key, token)
+    if redis.call('ZREM', queue_key, token) == 1 then
+        redis.call('HDEL', waiters_key, token)
+        redis.call('ZREM', leases_key, token)
+        return true
+    end
+    return false
+end
+
+-- The first waiter whose place is still leased, with its record. Drops waiters whose lease
+-- ran out on the way, at most LOCK_PRUNE of them: past that it answers nil (as if nobody
+-- waited), and later scripts drop more.
+local function lock_queue_head(queue_key, waiters_key, leases_key, now_ms)
+    local dead = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms, 'LIMIT', 0, LOCK_PRUNE)
+    for _, token in ipairs(dead) do
+        lock_dequeue(queue_key, waiters_key, leases_key, token)
+    end
+    for _ = 1, LOCK_PRUNE do
         local head = redis.call('ZRANGE', queue_key, 0, 0)[1]
         if not head then
             return nil, nil
         end
+        local lease = redis.call('ZSCORE', leases_key, head)
         local record = redis.call('HGET', waiters_key, head)
-        if record and tonumber(string.match(record, '^(%d+)')) > now_ms then
+        if lease and record and tonumber(lease) > now_ms then
             return head, record
         end
-        redis.call('ZREM', queue_key, head)
-        redis.call('HDEL', waiters_key, head)
+        lock_dequeue(queue_key, waiters_key, leases_key, head)
     end
+    return nil, nil
 end
 
 -- Take (or keep) a place in the queue, renew its lease; return the 1-based position.
-local function lock_enqueue(queue_key, waiters_key, token, now_ms, now_us, lease_ms, record)
-    if not redis.call('ZSCORE', queue_key, token) then
-        redis.call('ZADD', queue_key, now_us, token)
+local function lock_enqueue(queue_key, waiters_key, leases_key, token, now_ms, now_us, lease_ms,
+                            record)
+    if redis.call('ZADD', queue_key, 'NX', now_us, token) == 1 then
+        redis.call('HSET', waiters_key, token, record)
     end
-    redis.call('HSET', waiters_key, token, string.format('%.0f', now_ms + lease_ms) .. ' ' .. record)
+    redis.call('ZADD', leases_key, now_ms + lease_ms, token)
     redis.call('PEXPIRE', queue_key, lease_ms * 2)
     redis.call('PEXPIRE', waiters_key, lease_ms * 2)
+    redis.call('PEXPIRE', leases_key, lease_ms * 2)
     return redis.call('ZRANK', queue_key, token) + 1
-end
-
--- Leave the queue; return true if ``token`` was in it.
-local function lock_dequeue(queue_key, waiters_key, token)
-    if redis.call('ZREM', queue_key, token) == 1 then
-        redis.call('HDEL', waiters_key, token)
-        return true
-    end
-    return false
 end
 
 -- Make ``token`` the holder for ``ttl_ms``, in the slice of ``session`` that ends at
@@ -68,7 +88,7 @@ local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, now_us, retenti
     redis.call('HSET', lock_key, 'token', token, 'fence', fence,
         'acquired', string.format('%.0f', now_ms), 'expires', string.format('%.0f', now_ms + ttl_ms),
         'meta', meta, 'session', session, 'slice_end', string.format('%.0f', slice_end),
-        'reserved', '0')
+        'reserved', '0', 'xseq', '0')
     redis.call('PEXPIRE', lock_key, ttl_ms + retention_ms)
     return fence
 end

@@ -7,12 +7,24 @@
 -- info_key     HASH  limit, ticket (last ticket handed out), h:<token> -> holder record
 --                    "<acquired_ms> <ticket> <metadata JSON>", w:<token> -> waiter record
 --                    "<ttl_ms> <wake-up channel> <metadata JSON>" (what its grant will be,
---                    and its process's own channel for the news)
+--                    and its process's own channel for the news); gone: recent releases
+--                    (see lib/gone), kept a retention after the last holder left
+--
+-- A holder counts while its expiry is in the future: expired holders and waiters are dropped
+-- a bounded number per script, and counts never include them meanwhile.
+--
+-- Admission: a release (or an expiry) admits the first live waiters for a short confirmation
+-- window only; each, woken, runs sem_acquire with its token, which confirms its slot for the
+-- full TTL. A waiter that died while queued keeps a slot no longer than the window.
 local SEMAPHORE_GRACE_MS = 1000
+-- Most expired holders, and most dead waiters, dropped by one script: bounded work.
+local SEMAPHORE_PRUNE = 32
 
--- Drop holders whose TTL ran out and waiters whose lease ran out; return how many went.
+-- Drop holders whose TTL ran out and waiters whose lease ran out (at most SEMAPHORE_PRUNE
+-- of each); return how many went.
 local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now_ms)
-    local gone = redis.call('ZRANGEBYSCORE', holders_key, '-inf', now_ms)
+    local gone = redis.call('ZRANGEBYSCORE', holders_key, '-inf', now_ms,
+        'LIMIT', 0, SEMAPHORE_PRUNE)
     for _, token in ipairs(gone) do
         redis.call('ZREM', holders_key, token)
         redis.call('HDEL', info_key, 'h:' .. token)
@@ -20,13 +32,19 @@ local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now
     if redis.call('EXISTS', queue_key) == 0 then  -- nobody waits: no lease to look at
         return #gone
     end
-    local left = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms)
+    local left = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms,
+        'LIMIT', 0, SEMAPHORE_PRUNE)
     for _, token in ipairs(left) do
         redis.call('ZREM', leases_key, token)
         redis.call('ZREM', queue_key, token)
         redis.call('HDEL', info_key, 'w:' .. token)
     end
     return #gone + #left
+end
+
+-- How many hold a slot now.
+local function semaphore_count(holders_key, now_ms)
+    return redis.call('ZCOUNT', holders_key, '(' .. now_ms, '+inf')
 end
 
 -- A new ticket: larger than every earlier one, also after the counter was lost (server time
@@ -41,18 +59,24 @@ local function semaphore_ticket(info_key, now_us)
     return ticket
 end
 
--- Make all four keys live as long as the last holder or waiter, or delete them when nobody
--- holds or waits. Return the last expiry (ms), or nil when the semaphore is gone.
-local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_ms)
+-- Make all four keys live as long as the last holder or waiter. When nobody holds or waits,
+-- delete them but for the recent releases, kept ``retention_ms``. Return the last expiry
+-- (ms), or nil when nobody holds or waits.
+local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_ms, retention_ms)
     local waiting = redis.call('EXISTS', queue_key) == 1
     local holder = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
-    if not holder[2] and not waiting then
-        redis.call('DEL', holders_key, info_key)
-        return nil
-    end
     local last = now_ms
     if holder[2] and tonumber(holder[2]) > last then
         last = tonumber(holder[2])
+    end
+    if last == now_ms and not waiting then
+        local gone = redis.call('HGET', info_key, 'gone')
+        redis.call('DEL', holders_key, info_key)
+        if gone then
+            redis.call('HSET', info_key, 'gone', gone)
+            redis.call('PEXPIRE', info_key, retention_ms)
+        end
+        return nil
     end
     if waiting then
         local lease = redis.call('ZRANGE', leases_key, -1, -1, 'WITHSCORES')
@@ -70,35 +94,43 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_
     return last
 end
 
--- Admit as many queued waiters, first come first served, as there are free slots: each is
--- made a holder here and told so in one message on its process's channel ("<member>#<holder
--- id>|<ticket>|<ttl ms>|<granted at, server ms>"), so that it needs no further round trip.
--- Returns how many.
-local function semaphore_admit(holders_key, queue_key, leases_key, info_key, member, now_ms)
+-- Admit as many live queued waiters, first come first served, as there are free slots, for
+-- ``window_ms`` (at most their TTL): each is made a holder here and told so in one message
+-- on its process's channel ("<member>#<holder id>"). Waiters whose lease ran out are dropped
+-- on the way (at most SEMAPHORE_PRUNE). Returns how many were admitted.
+local function semaphore_admit(holders_key, queue_key, leases_key, info_key, member, now_ms,
+                               window_ms)
     if redis.call('EXISTS', queue_key) == 0 then
         return 0
     end
     local limit = tonumber(redis.call('HGET', info_key, 'limit') or '0')
-    local free = limit - redis.call('ZCARD', holders_key)
-    if free <= 0 then
-        return 0
-    end
-    local first = redis.call('ZRANGE', queue_key, 0, free - 1, 'WITHSCORES')
-    for i = 1, #first, 2 do
-        local token = first[i]
-        local ticket = string.format('%.0f', tonumber(first[i + 1]))
-        local record = redis.call('HGET', info_key, 'w:' .. token) or '1 - {}'
-        local ttl, channel, meta = string.match(record, '^(%d+) (%S+) (.*)$')
+    local free = limit - semaphore_count(holders_key, now_ms)
+    local admitted, dead = 0, 0
+    while admitted < free and dead < SEMAPHORE_PRUNE do
+        local first = redis.call('ZRANGE', queue_key, 0, 0, 'WITHSCORES')
+        if not first[1] then
+            break
+        end
+        local token = first[1]
+        local lease = redis.call('ZSCORE', leases_key, token)
+        local record = redis.call('HGET', info_key, 'w:' .. token)
         redis.call('ZREM', queue_key, token)
         redis.call('ZREM', leases_key, token)
         redis.call('HDEL', info_key, 'w:' .. token)
-        redis.call('ZADD', holders_key, now_ms + tonumber(ttl), token)
-        redis.call('HSET', info_key, 'h:' .. token,
-            string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. meta)
-        if channel ~= '-' then
-            redis.call('PUBLISH', channel, member .. '#' .. string.sub(redis.sha1hex(token), 1, 16)
-                .. '|' .. ticket .. '|' .. ttl .. '|' .. now_ms)
+        if lease and record and tonumber(lease) > now_ms then
+            local ttl, channel, meta = string.match(record, '^(%d+) (%S+) (.*)$')
+            local ticket = string.format('%.0f', tonumber(first[2]))
+            redis.call('ZADD', holders_key, now_ms + math.min(tonumber(ttl), window_ms), token)
+            redis.call('HSET', info_key, 'h:' .. token,
+                string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. meta)
+            if channel ~= '-' then
+                redis.call('PUBLISH', channel,
+                    member .. '#' .. string.sub(redis.sha1hex(token), 1, 16))
+            end
+            admitted = admitted + 1
+        else
+            dead = dead + 1
         end
     end
-    return #first / 2
+    return admitted
 end

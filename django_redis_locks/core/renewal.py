@@ -1,0 +1,335 @@
+"""Background upkeep of holds: renew auto-renewed holds, undo grants nobody heard of.
+
+Work is split into *lanes*: one per server, and one per node of a Redis Cluster. Each lane has
+a thread of its own, so a stalled or unreachable server delays only the holds it serves,
+never those of a healthy one. A lane
+
+- **renews** each of its holds every third of its TTL; holds due at about the same time go
+  out in one pipeline (one round trip) and stay aligned afterwards. A renewal that finds the
+  hold gone, or cannot reach Redis before the hold's conservative local expiry, marks the
+  hold lost (see :mod:`.holds` for why a renewal in flight during a release never does) and
+  hands the report to the callback thread (:mod:`.callbacks`): no callback runs on a lane.
+- **reclaims** tokens whose fate is unknown: an acquire or release that timed out or lost its
+  connection may have run. The lane sends the token-checked release as soon as Redis answers
+  again, and checks once more at growing intervals for as long as the hold could live (a
+  request stuck in a dead connection may still arrive late), so an unknown outcome leaves
+  nothing behind for longer than Redis is out of reach.
+
+Lanes never renew a hold whose owner ended or whose primitive was garbage-collected, and
+never work in a forked child: the renewer is made anew per runtime (process and threading
+implementation, see :func:`.ownership.runtime_key`). A lane's thread ends when it is idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import replies
+from .callbacks import callbacks
+from .holds import Hold
+from .ownership import runtime_key
+from .scripting import Call
+
+__all__ = ["Renewal", "Renewer", "renewer"]
+
+logger = logging.getLogger(__name__)
+
+_IDLE_EXIT_SECONDS = 10.0
+#: A renewal that failed is retried after this long (or a tenth of the TTL, if shorter).
+_RETRY_SECONDS = 0.25
+#: A reclaim that could not reach Redis is retried after this long, doubling up to 1 s.
+_RECLAIM_RETRY_SECONDS = 0.05
+#: After a reclaim reached Redis, it looks again after this long, doubling, while the
+#: unknown grant could still appear (a request stuck in a dead connection).
+_RECLAIM_RECHECK_SECONDS = 0.5
+
+
+@dataclass(eq=False)
+class Renewal:
+    """An auto-renewed hold as its lane sees it."""
+
+    hold: Hold
+    call: Call  # tops the hold up to its full TTL: a {1, ttl_ms, now_ms} / {0} / {-1} reply
+    label: str  # "lock 'name'", for messages
+    stop_reason: Callable[[], str | None]  # why renewing should stop (owner ended...), or None
+    due: float = 0.0
+
+
+@dataclass(eq=False)
+class _Reclaim:
+    call: Call  # a token-checked release (which also leaves a queue)
+    until: float  # past this (monotonic) the grant cannot be alive any more
+    what: str
+    due: float
+    interval: float
+    reached: bool = False  # Redis answered at least once
+
+
+class _Lane:
+    """The renewals and reclaims of one server (or Cluster node), on a thread of its own."""
+
+    def __init__(self, backend: Any, node: str) -> None:
+        self.backend = backend
+        self.name = f"{backend.name} node {node}" if node else backend.name
+        self._thread_name = f"drl-renew {node}" if node else "drl-renew"
+        self._cond = threading.Condition()
+        self._renewals: dict[int, Renewal] = {}
+        self._reclaims: list[_Reclaim] = []
+        self._thread: threading.Thread | None = None
+        self._idle_since = time.monotonic()
+        self._wakes_at = 0.0  # when the thread wakes on its own (0: it is not waiting)
+        self._failing = False
+        self.rounds = 0
+
+    # -- entries -------------------------------------------------------------------------
+    def add(self, renewal: Renewal) -> None:
+        renewal.due = time.monotonic() + renewal.hold.ttl / 3
+        with self._cond:
+            self._renewals[id(renewal.hold)] = renewal
+            thread = self._poke(renewal.due)
+        if thread is not None:
+            thread.start()
+
+    def remove(self, hold: Hold) -> bool:
+        with self._cond:
+            removed = self._renewals.pop(id(hold), None) is not None
+            if removed and not self._renewals and not self._reclaims:
+                self._idle_since = time.monotonic()
+            return removed
+
+    def holds(self, hold: Hold) -> bool:
+        return id(hold) in self._renewals
+
+    def reclaim(self, call: Call, lifetime: float, what: str) -> None:
+        now = time.monotonic()
+        item = _Reclaim(call, now + lifetime, what, due=now, interval=_RECLAIM_RETRY_SECONDS)
+        with self._cond:
+            self._reclaims.append(item)
+            thread = self._poke(now)
+        if thread is not None:
+            thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._renewals or self._reclaims)
+
+    def _poke(self, due: float) -> threading.Thread | None:
+        """Called with the mutex held: wake the thread if ``due`` is earlier than it would
+        wake anyway, or return a new thread for the caller to start once it let go of the
+        mutex (under gevent, starting a thread may switch greenlets)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+            return self._thread
+        if self._wakes_at == 0.0 or due < self._wakes_at:
+            self._cond.notify()
+        return None
+
+    # -- the thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                work = self._wait_for_work()
+                self._wakes_at = 0.0
+                if work is None:
+                    self._thread = None
+                    return
+            self.rounds += 1
+            renewals, reclaims = work
+            self._work(renewals, reclaims)
+
+    def _wait_for_work(self) -> tuple[list[Renewal], list[_Reclaim]] | None:
+        while True:
+            now = time.monotonic()
+            if not self._renewals and not self._reclaims:
+                if now - self._idle_since >= _IDLE_EXIT_SECONDS:
+                    return None
+                self._wakes_at = now + _IDLE_EXIT_SECONDS
+                self._cond.wait(_IDLE_EXIT_SECONDS)
+                continue
+            due_reclaims = [item for item in self._reclaims if item.due <= now]
+            renewals = list(self._renewals.values())
+            if due_reclaims or any(r.due <= now for r in renewals):
+                # Take along every hold due within a sixth of its TTL: renewing it a little
+                # early costs nothing, and holds renewed together stay due together.
+                due = [r for r in renewals if r.due <= now + r.hold.ttl / 6]
+                return due, due_reclaims
+            next_due = min([r.due for r in renewals] + [item.due for item in self._reclaims])
+            self._wakes_at = next_due
+            self._cond.wait(next_due - now)
+
+    def _work(self, renewals: Sequence[Renewal], reclaims: Sequence[_Reclaim]) -> None:
+        live: list[tuple[Renewal, int]] = []
+        for renewal in renewals:
+            reason = renewal.stop_reason()
+            if reason is not None:
+                logger.warning("renew: stopped renewing: %s", reason)
+                self.remove(renewal.hold)
+            else:
+                live.append((renewal, renewal.hold.generation))
+        calls = [renewal.call for renewal, _ in live] + [item.call for item in reclaims]
+        if not calls:
+            return
+        sent_at = time.monotonic()
+        try:
+            results: list[Any] = self.backend.run_many(calls)
+        except Exception as exc:
+            results = [exc] * len(calls)
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        self._note_health(failure)
+        for (renewal, generation), result in zip(live, results, strict=False):
+            self._renewed(renewal, generation, result, sent_at)
+        done = [
+            item
+            for item, result in zip(reclaims, results[len(live) :], strict=True)
+            if self._reclaimed(item, result)
+        ]
+        if done:
+            with self._cond:
+                self._reclaims = [item for item in self._reclaims if item not in done]
+                if not self._renewals and not self._reclaims:
+                    self._idle_since = time.monotonic()
+
+    def _note_health(self, failure: Exception | None) -> None:
+        if failure is not None and not self._failing:
+            logger.warning("renew: %s cannot be reached, retrying: %s", self.name, failure)
+        elif failure is None and self._failing:
+            logger.warning("renew: %s answers again", self.name)
+        self._failing = failure is not None
+
+    def _renewed(self, renewal: Renewal, generation: int, result: Any, sent_at: float) -> None:
+        hold = renewal.hold
+        if isinstance(result, Exception):
+            if hold.local_time_left() <= 0:
+                self._lost(
+                    renewal, f"could not be renewed before it expired ({result})", generation
+                )
+            else:
+                renewal.due = time.monotonic() + min(_RETRY_SECONDS, hold.ttl / 10)
+            return
+        new_ttl_ms = replies.decode_renewal(result)
+        if new_ttl_ms is None:
+            self._lost(renewal, replies.loss_reason(int(result[0])), generation)
+            return
+        renewal.due = sent_at + hold.ttl / 3
+        hold.renewed_until(sent_at + new_ttl_ms / 1000, generation)
+
+    def _lost(self, renewal: Renewal, reason: str, generation: int) -> None:
+        self.remove(renewal.hold)
+        if renewal.hold.lose(reason, generation):
+            callbacks().submit(renewal.hold.report_lost)
+
+    def _reclaimed(self, item: _Reclaim, result: Any) -> bool:
+        """Apply a reclaim's reply; True when it is done."""
+        now = time.monotonic()
+        if isinstance(result, Exception):
+            if now >= item.until:
+                logger.warning(
+                    "reclaim: gave up on %s: Redis was out of reach for as long as it could "
+                    "be alive (%s)",
+                    item.what,
+                    result,
+                )
+                return True
+            if not item.reached:  # back off while Redis is away
+                item.interval = min(item.interval * 2, 1.0)
+        elif int(result) in replies.UNDONE:
+            logger.info("reclaim: undid %s", item.what)
+            return True
+        elif not item.reached:
+            # Nothing there (yet): look again while a late request could still create it.
+            item.reached = True
+            item.interval = _RECLAIM_RECHECK_SECONDS
+        else:
+            item.interval *= 2
+        item.due = now + item.interval
+        return item.due >= item.until
+
+
+class Renewer:
+    """The lanes of one runtime. Use the module's :func:`renewer`."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._lanes: weakref.WeakKeyDictionary[Any, dict[str, _Lane]] = weakref.WeakKeyDictionary()
+        self.pid = os.getpid()
+
+    def _lane(self, backend: Any, route_key: str) -> _Lane:
+        name = backend.lane_name(route_key)
+        with self._mutex:
+            lanes = self._lanes.setdefault(backend, {})
+            lane = lanes.get(name)
+            if lane is None:
+                lane = lanes[name] = _Lane(backend, name)
+            return lane
+
+    def add(self, renewal: Renewal) -> None:
+        """Renew ``renewal.hold`` every third of its TTL from now on."""
+        self._lane(renewal.hold.backend, renewal.call.keys[0]).add(renewal)
+
+    def remove(self, hold: Hold) -> None:
+        """Stop renewing ``hold`` (no-op if it is not renewed)."""
+        for lane in self._all_lanes(hold.backend):
+            if lane.remove(hold):
+                return
+
+    def reclaim(self, backend: Any, call: Call, lifetime: float, what: str) -> None:
+        """Send ``call`` (a token-checked release) as soon as Redis answers, and again while
+        what it undoes could still appear, for up to ``lifetime`` seconds."""
+        logger.info("reclaim: %s: the outcome is unknown; undoing it in the background", what)
+        self._lane(backend, call.keys[0]).reclaim(call, lifetime, what)
+
+    def __contains__(self, hold: Hold) -> bool:
+        return any(lane.holds(hold) for lane in self._all_lanes(hold.backend))
+
+    def _all_lanes(self, backend: Any) -> list[_Lane]:
+        with self._mutex:
+            return list(self._lanes.get(backend, {}).values())
+
+    def lanes(self) -> list[_Lane]:
+        with self._mutex:
+            return [lane for lanes in self._lanes.values() for lane in lanes.values()]
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of work done by all lanes so far."""
+        return sum(lane.rounds for lane in self.lanes())
+
+    @property
+    def running(self) -> bool:
+        return any(lane._thread is not None for lane in self.lanes())
+
+    def reclaiming(self, backend: Any) -> int:
+        """How many reclaims are pending on ``backend``'s lanes."""
+        return sum(len(lane._reclaims) for lane in self._all_lanes(backend))
+
+
+_current: tuple[tuple[Any, ...], Renewer] | None = None
+_current_mutex = threading.Lock()
+
+
+def renewer() -> Renewer:
+    """The renewer of this runtime (a fresh one after ``fork()`` or monkey-patching)."""
+    global _current
+    key = runtime_key()
+    current = _current
+    if current is not None and current[0] == key:
+        return current[1]
+    with _current_mutex:
+        if _current is None or _current[0] != key:
+            _current = (key, Renewer())
+        return _current[1]
+
+
+def _reinit_after_fork() -> None:
+    global _current_mutex
+    _current_mutex = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reinit_after_fork)
