@@ -21,3 +21,10 @@ def held_ttl_ms(client: Any, key: str | bytes) -> int | None:
 
 def is_held(client: Any, key: str | bytes) -> bool:
     return held_ttl_ms(client, key) is not None
+
+
+def only_recent_releases(client: Any, key: str | bytes) -> bool:
+    """Whether the hash at ``key`` keeps nothing but the record of recent releases: what a
+    semaphore leaves after its last holder released, for a while, so that a resent release
+    is recognised."""
+    return set(client.hkeys(key)) == {b"gone"}

@@ -305,6 +305,10 @@ class Renewer:
     def running(self) -> bool:
         return any(lane._thread is not None for lane in self.lanes())
 
+    def renewing(self, backend: Any) -> int:
+        """How many holds on ``backend`` are renewed."""
+        return sum(len(lane._renewals) for lane in self._all_lanes(backend))
+
     def reclaiming(self, backend: Any) -> int:
         """How many reclaims are pending on ``backend``'s lanes."""
         return sum(len(lane._reclaims) for lane in self._all_lanes(backend))

@@ -26,8 +26,8 @@ from django_redis_locks import (
 )
 from django_redis_locks.core import Backend
 from django_redis_locks.core import semaphore_protocol as protocol
-from django_redis_locks.core.lock_protocol import HANDOVER_WINDOW_MS
 from django_redis_locks.core.holder import holder_id
+from django_redis_locks.core.lock_protocol import HANDOVER_WINDOW_MS
 from django_redis_locks.core.replies import Acquired, Contended
 from django_redis_locks.core.semaphore import MAX_LIMIT
 from django_redis_locks.inspect import SemaphoreInfo, get_semaphore

@@ -43,7 +43,7 @@ from django_redis_locks import (
     redis_lock,
 )
 from django_redis_locks import signals as drl_signals
-from django_redis_locks.core import holds
+from django_redis_locks.core import holder as holder_module
 from django_redis_locks.core import primitive as primitive_module
 from django_redis_locks.inspect import force_release, list_semaphores
 from tests.harness.servers import RedisServer, wait_until
@@ -90,7 +90,7 @@ def seen(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, namespace: str
 ) -> Iterator[Seen]:
     seen = Seen()
-    make = holds.new_token
+    make = holder_module.new_token
 
     def recorded() -> str:
         token = make()
