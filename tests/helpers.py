@@ -27,4 +27,5 @@ def only_recent_releases(client: Any, key: str | bytes) -> bool:
     """Whether the hash at ``key`` keeps nothing but the record of recent releases: what a
     semaphore leaves after its last holder released, for a while, so that a resent release
     is recognised."""
-    return set(client.hkeys(key)) == {b"gone"}
+    fields = {f.decode() if isinstance(f, bytes) else f for f in client.hkeys(key)}
+    return fields == {"gone"}
