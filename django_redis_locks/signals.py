@@ -9,18 +9,23 @@ metadata), ``reason``, ``retry_after`` and ``by``, each None where it does not a
 - ``hold_released``: its holder released it.
 - ``hold_contended``: an acquire gave up because the name was taken (``retry_after``: the
   holder's remaining TTL in seconds); ``holder_id`` is None.
-- ``hold_lost``: a holder found its hold gone (``reason``); sent from the renewer's thread
-  when the renewer finds it.
+- ``hold_lost``: a holder found its hold gone (``reason``); sent from the library's callback
+  thread when the renewer finds it (never from a renewal path, so a slow receiver delays no
+  renewal), else from the holder's own thread.
 - ``hold_force_released``: an operator evicted a hold (``by`` names who).
 
-Receivers run synchronously in the thread where it happened; an exception in one is logged
-and does not disturb the lock operation.
+Receivers run synchronously in the thread where it happened (the callback thread for losses
+found in the background); an exception in one is logged and does not disturb the lock
+operation. The callback thread closes its database connections whenever it has nothing more
+to do, so a receiver that uses the ORM leaves no connection open.
 """
 
 from __future__ import annotations
 
+from django.db import connections
 from django.dispatch import Signal
 
+from .core.callbacks import add_idle_hook
 from .core.events import Event, EventType, subscribe
 from .core.lock import Lock
 from .core.semaphore import Semaphore
@@ -69,6 +74,12 @@ def _send(event: Event) -> None:
     )
 
 
+def _close_database_connections() -> None:
+    """On the callback thread, between callbacks: close what receivers opened there."""
+    connections.close_all()
+
+
 def connect() -> None:
     """Start turning the core's events into these signals (done by the app's ``ready()``)."""
     subscribe(_send, _wanted)
+    add_idle_hook(_close_database_connections)

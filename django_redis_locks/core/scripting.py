@@ -74,7 +74,7 @@ def run(client: Any, call: Call) -> Any:
     try:
         return client.evalsha(*call.evalsha_args())
     except NoScriptError:
-        client.script_load(call.script.source)
+        client.execute_command("SCRIPT LOAD", call.script.source, **_route(client, call))
         return client.evalsha(*call.evalsha_args())
 
 
@@ -83,8 +83,16 @@ async def run_async(client: Any, call: Call) -> Any:
     try:
         return await client.evalsha(*call.evalsha_args())
     except NoScriptError:
-        await client.script_load(call.script.source)
+        await client.execute_command("SCRIPT LOAD", call.script.source, **_route(client, call))
         return await client.evalsha(*call.evalsha_args())
+
+
+def _route(client: Any, call: Call) -> dict[str, Any]:
+    """On a Cluster, load a script on the node that runs the call only: a stalled node
+    elsewhere must not make it fail (redis-py would send SCRIPT LOAD to every node)."""
+    if not call.keys or not hasattr(client, "get_node_from_key"):
+        return {}
+    return {"target_nodes": client.get_node_from_key(call.keys[0])}
 
 
 def run_many(

@@ -77,8 +77,7 @@ def nothing_left(proxied: Proxied, keys: tuple[str, ...]) -> bool:
     """None of the primitive's queue, waiter or semaphore keys exists (but for a released
     semaphore's record of its recent releases)."""
     return not any(
-        proxied.direct.exists(key) and not only_recent_releases(proxied.direct, key)
-        for key in keys
+        proxied.direct.exists(key) and not only_recent_releases(proxied.direct, key) for key in keys
     )
 
 

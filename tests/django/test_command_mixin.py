@@ -22,6 +22,7 @@ from django.test import override_settings
 from django_redis_locks import Semaphore
 from django_redis_locks.core import Backend
 from django_redis_locks.inspect import force_release, get_semaphore
+from django_redis_locks.signals import hold_released
 from tests.harness.servers import wait_until
 from tests.testapp.runner import (
     Manage,
@@ -487,3 +488,47 @@ def test_a_limit_that_differs_from_the_running_copies_is_explained(backend: Back
     call_command("limited", semaphore_limit=3, stdout=io.StringIO())  # agrees: runs
     assert holders(backend) == 1
     running.release()
+
+
+@pytest.mark.usefixtures("locks_namespace")
+def test_a_renewal_in_flight_when_the_run_gives_its_slot_back_is_no_loss(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The heartbeat sent a renewal; the run ends and gives its slot back before the renewal
+    reaches Redis, which then finds no slot: that is the end of the run, not a loss."""
+    renewing, gate, renewed = threading.Event(), threading.Event(), threading.Event()
+    run_many = Backend.run_many
+
+    def held_back(self: Backend, calls: Any) -> list[Any]:
+        renewal = any(call.script.name == "sem_refresh" for call in calls)
+        if renewal and not gate.is_set():
+            renewing.set()
+            gate.wait(5)  # in flight until the slot was given back
+        try:
+            return run_many(self, calls)
+        finally:
+            if renewal and gate.is_set():
+                renewed.set()
+
+    def on_released(sender: Any, **kwargs: Any) -> None:
+        gate.set()  # the renewal goes on now, and finds the slot gone...
+        renewed.wait(2)  # ...before the run's give-back returns
+
+    log, start_gate = tmp_path / "runs.log", tmp_path / "gate"
+    threading.Thread(target=lambda: renewing.wait(10) and start_gate.touch()).start()
+    monkeypatch.setattr(Backend, "run_many", held_back)
+    hold_released.connect(on_released)
+    stderr = io.StringIO()
+    try:
+        call_command(
+            "limited_abort",
+            log=str(log),
+            gate=str(start_gate),
+            semaphore_timeout=0.6,
+            stderr=stderr,
+        )  # raised CommandError ("lost its slot") after giving it back
+    finally:
+        hold_released.disconnect(on_released)
+    assert renewed.is_set(), "the renewal in flight was not applied after the release"
+    assert [r.kind for r in read_log(log)] == ["S", "E"]
+    assert "lost" not in stderr.getvalue()

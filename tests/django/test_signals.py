@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from django_redis_locks.signals import (
     hold_lost,
     hold_released,
 )
+from tests.testapp.runner import manage_processes
 
 SIGNALS = {
     "acquired": hold_acquired,
@@ -96,3 +99,20 @@ def test_a_receiver_for_one_sender_class_gets_only_its_signals(settings, namespa
     finally:
         hold_acquired.disconnect(receive, sender=Semaphore)
     assert seen == ["a-semaphore"]
+
+
+def test_an_orm_receiver_of_hold_lost_leaves_no_database_connection_open(
+    redis_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    """A receiver that uses the database runs on the library's callback thread, which closes
+    its connections when it has nothing more to do (a real process, a file database)."""
+    with manage_processes(redis_server.url, namespace) as manage:
+        manage.env["DRL_TEST_DATABASE"] = str(tmp_path / "db.sqlite3")
+        done = manage.run("orm_receiver", timeout=30)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {
+        "receiver_ran_in": ["drl-callbacks"],
+        "connections_opened_in": ["drl-callbacks"],
+        "still_open": [False],
+    }

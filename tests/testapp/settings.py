@@ -17,7 +17,13 @@ DEBUG = False
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 INSTALLED_APPS = ["django_redis_locks", "tests.testapp"]
+# A database only for the commands that use one (DRL_TEST_DATABASE: an SQLite file).
 DATABASES: dict[str, dict[str, str]] = {}
+if os.environ.get("DRL_TEST_DATABASE"):
+    DATABASES["default"] = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ["DRL_TEST_DATABASE"],
+    }
 
 CACHES = redis_caches(os.environ["DRL_TEST_REDIS_URL"])
 DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "NAMESPACE": os.environ["DRL_TEST_NAMESPACE"]}
