@@ -199,7 +199,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
         reply = yield Eval(self._renew_call(hold))
         new_ttl_ms = replies.decode_renewal(reply)
         if new_ttl_ms is None:
-            raise self._lost(hold, "its slot expired or was removed")
+            raise self._lost(hold, replies.loss_reason(int(reply[0])))
         hold.extended(started + new_ttl_ms / 1000)
         return new_ttl_ms / 1000
 

@@ -337,10 +337,10 @@ def test_a_lost_slot_is_reported_and_the_run_goes_on(
     assert code == 0, stderr  # without semaphore_abort_on_loss the run finishes
     assert (
         "LOG ERROR django_redis_locks.commands: command: manage.py limited LOST its slot of "
-        f"'command:limited' (holder {start.holder_id}): it expired or was removed" in stderr
+        f"'command:limited' (holder {start.holder_id}): it was force-released" in stderr
     )
     assert (
-        "manage.py limited: lost its slot of 'command:limited': it expired or was removed; "
+        "manage.py limited: lost its slot of 'command:limited': it was force-released; "
         "another copy may run at the same time" in stderr
     )
     assert [r.kind for r in read_log(log)] == ["S", "L", "E"]
@@ -361,7 +361,7 @@ def test_with_abort_on_loss_a_lost_slot_stops_the_run(
     print(f"abort on loss: the run stopped {stopped_after * 1000:.0f} ms after the forced release")
     assert code == 1, stderr
     assert (
-        "CommandError: manage.py limited_abort lost its slot: it expired or was removed" in stderr
+        "CommandError: manage.py limited_abort lost its slot: it was force-released" in stderr
     )
     assert "LOG ERROR django_redis_locks.commands" in stderr
     assert "manage.py limited_abort: lost its slot" in stderr and "; stopping the run" in stderr
@@ -427,7 +427,7 @@ def test_abort_on_loss_outside_the_main_thread_fails_the_run_when_it_ends(
     assert [r.kind for r in read_log(log)] == ["S", "L", "E"]
     [failure] = failures
     assert isinstance(failure, CommandError)
-    assert str(failure) == "manage.py limited_abort lost its slot: it expired or was removed"
+    assert str(failure) == "manage.py limited_abort lost its slot: it was force-released"
     assert "; the run fails when it ends" in stderr.getvalue()
 
 

@@ -20,15 +20,18 @@
 --   {1, new_ttl_ms, now_ms}  extended (for a resend: the life it has now)
 --   {0}                      no live hold: it expired or was removed; nothing written
 --   {-1}                     held with another token; nothing written
+--   {-2}                     the token's hold was force-released; nothing written
 -- @include registry
+-- @include gone
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'xseq')
-if not held[1] or tonumber(held[2]) <= now_ms then
-    return {0}
-end
-if held[1] ~= ARGV[1] then
-    return {-1}
+local live = held[1] and tonumber(held[2]) > now_ms
+if not live or held[1] ~= ARGV[1] then
+    if gone_kind(KEYS[1], string.sub(redis.sha1hex(ARGV[1]), 1, 16)) == 'X' then
+        return {-2}
+    end
+    return live and {-1} or {0}
 end
 local remaining = tonumber(held[2]) - now_ms
 local seq = tonumber(ARGV[7])

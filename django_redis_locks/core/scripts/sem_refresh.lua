@@ -15,13 +15,18 @@
 --
 -- Reply:
 --   {1, ttl_ms, now_ms}  refreshed
---   {0}                  not a holder (expired, released or evicted): nothing written
+--   {0}                  not a holder (expired or released): nothing written
+--   {-2}                 its slot was force-released: nothing written
 -- @include registry
 -- @include semaphore
+-- @include gone
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expires or tonumber(expires) <= now_ms then
+    if gone_kind(KEYS[4], string.sub(redis.sha1hex(ARGV[1]), 1, 16)) == 'X' then
+        return {-2}
+    end
     return {0}
 end
 local ttl = tonumber(ARGV[2])
