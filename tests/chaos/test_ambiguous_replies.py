@@ -2,7 +2,7 @@
 out before the reply came: the library undoes the unknown grant in the background as soon as
 Redis answers again, a retried release is recognised, and no phantom hold is left.
 
-The client talks to a real server through :class:`~tests.chaos.proxy.ReplyProxy`, which
+The client talks to a real server through :class:`~tests.harness.proxy.ReplyProxy`, which
 forwards every command and drops (or delays past the socket timeout) the replies while a call
 is made. The scripts are loaded through the proxy first, so the withheld reply is the one of
 the operation's own ``EVALSHA``.
@@ -22,7 +22,7 @@ import redis
 from django_redis_locks.core import Backend, Lock, LockBackendError, Semaphore
 from django_redis_locks.core.holder import holder_id
 from django_redis_locks.inspect import get_lock, get_semaphore
-from tests.chaos.proxy import Mode, ReplyProxy
+from tests.harness.proxy import Mode, ReplyProxy
 from tests.harness.servers import wait_until
 from tests.helpers import is_held, only_recent_releases
 

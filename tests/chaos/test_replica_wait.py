@@ -25,7 +25,7 @@ import redis
 
 from django_redis_locks.core import Backend, Lock, LockNotReplicated
 from django_redis_locks.inspect import get_lock
-from tests.chaos.proxy import ReplyProxy
+from tests.harness.proxy import ReplyProxy
 from tests.harness.servers import RedisServer, wait_for_replica, wait_until
 from tests.helpers import is_held
 

@@ -360,9 +360,7 @@ def test_with_abort_on_loss_a_lost_slot_stops_the_run(
     stopped_after = time.monotonic() - evicted
     print(f"abort on loss: the run stopped {stopped_after * 1000:.0f} ms after the forced release")
     assert code == 1, stderr
-    assert (
-        "CommandError: manage.py limited_abort lost its slot: it was force-released" in stderr
-    )
+    assert "CommandError: manage.py limited_abort lost its slot: it was force-released" in stderr
     assert "LOG ERROR django_redis_locks.commands" in stderr
     assert "manage.py limited_abort: lost its slot" in stderr and "; stopping the run" in stderr
     assert not records_of(log, "E")  # stopped before the gate opened

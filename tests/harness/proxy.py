@@ -3,8 +3,11 @@
 Clients connect to the proxy; each connection gets its own upstream connection and two pump
 threads. Commands always reach the server. Replies (server to client) are forwarded, dropped
 (``drop_replies``: the server applied the command, the client never hears of it and times
-out) or delayed (``delay_replies``: each chunk is held back for a while). toxiproxy and tc
-netem are not available here; this is the small part of them the scenarios need.
+out), delayed (``delay_replies``: each chunk is held back for a while) or cut once
+(``cut_next_reply``: the next reply is dropped and its connection closed, as by a network
+fault; the client sees a broken connection, and redis-py resends the command on a new one).
+``partition()`` also refuses new connections and stalls every open one until it ends.
+toxiproxy and tc netem are not available here; this is the small part of them the tests need.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Literal, Self
 
-Mode = Literal["forward", "drop", "delay"]
+Mode = Literal["forward", "drop", "delay", "cut"]
 _CHUNK = 65536
 
 
@@ -38,6 +41,10 @@ class ReplyProxy:
         self.connections = 0
         self.dropped_bytes = 0
         self.delayed_chunks = 0
+        self.cuts = 0
+        self._partitioned = False
+        self._healed = threading.Event()
+        self._healed.set()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -67,6 +74,7 @@ class ReplyProxy:
     def stop(self) -> None:
         """Close the listener and every connection; wait for the pump threads."""
         self._stopped.set()
+        self._healed.set()
         if self._listener is not None:
             _close(self._listener)  # shutdown() wakes the blocked accept(); close() does not
         with self._mutex:
@@ -83,6 +91,31 @@ class ReplyProxy:
     def drop_replies(self) -> None:
         """Discard every reply from now on (commands still reach the server)."""
         self._set("drop", 0.0)
+
+    def cut_next_reply(self) -> None:
+        """Drop the next reply and close its connection (once; then forward again)."""
+        self._set("cut", 0.0)
+
+    @contextlib.contextmanager
+    def partition(self) -> Iterator[None]:
+        """Inside the block: no reply passes, and new connections are accepted but never
+        reach the server (clients time out); after it, new connections work again. Open
+        connections are closed when it ends, as a network fault would leave them."""
+        with self._mutex:
+            self._partitioned = True
+            self._healed.clear()
+        self._set("drop", 0.0)
+        try:
+            yield
+        finally:
+            with self._mutex:
+                sockets = list(self._sockets)
+            for sock in sockets:
+                _close(sock)
+            with self._mutex:
+                self._partitioned = False
+                self._healed.set()
+            self.forward_replies()
 
     def delay_replies(self, seconds: float) -> None:
         """Hold back every reply chunk for ``seconds`` before passing it on."""
@@ -114,6 +147,11 @@ class ReplyProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return  # the listener was closed
+            with self._mutex:
+                partitioned = self._partitioned
+            if partitioned:
+                self._spawn(self._stall, "proxy-stalled", client)
+                continue
             try:
                 server = socket.create_connection(self.upstream, timeout=5)
             except OSError:
@@ -137,6 +175,11 @@ class ReplyProxy:
                 if replies:
                     with self._mutex:
                         mode, delay = self._mode, self._delay
+                    if mode == "cut":
+                        with self._mutex:
+                            self.cuts += 1
+                            self._mode = "forward"  # once
+                        break
                     if mode == "drop":
                         with self._mutex:
                             self.dropped_bytes += len(data)
@@ -154,6 +197,15 @@ class ReplyProxy:
                 _close(sock)
                 with self._mutex:
                     self._sockets.discard(sock)
+
+    def _stall(self, client: socket.socket) -> None:
+        """A connection made during a partition: it goes nowhere until the partition ends."""
+        with self._mutex:
+            self._sockets.add(client)
+        self._healed.wait()
+        _close(client)
+        with self._mutex:
+            self._sockets.discard(client)
 
 
 def _close(sock: socket.socket) -> None:

@@ -1,0 +1,170 @@
+"""Every script is safe to resend. redis-py resends a command on a new connection when the
+old one broke before the reply came (the Backend's own retry policy does, once): the server
+ran it twice. Each operation must have exactly one effect, and report what happened.
+
+The client talks to a real server through a proxy that cuts the connection of the next reply
+(:meth:`ReplyProxy.cut_next_reply`); the server's command statistics show the script really
+ran twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+from django_redis_locks import Lock, LockLost, Semaphore
+from django_redis_locks.core import Backend
+from django_redis_locks.core.events import Event, subscribe, unsubscribe
+from django_redis_locks.inspect import force_release, get_lock
+from tests.harness.proxy import ReplyProxy
+from tests.helpers import held_ttl_ms, is_held
+
+
+@dataclass
+class Proxied:
+    proxy: ReplyProxy
+    backend: Backend  # through the proxy, with the Backend's retry policy (one resend)
+    direct: redis.Redis  # to the server itself, for checks
+
+
+@pytest.fixture
+def proxied(make_server: Any) -> Iterator[Proxied]:
+    server = make_server()
+    with ReplyProxy(server.host, server.port) as proxy:
+        client = redis.Redis(host=proxy.host, port=proxy.port, socket_timeout=5)
+        backend = Backend(client, namespace="resent")
+        # Load the scripts first, so that the cut reply is the operation's own EVALSHA.
+        for primitive in (Lock("warm", client=backend), Semaphore("warm", 1, client=backend)):
+            assert primitive.acquire()
+            primitive.extend(1) if isinstance(primitive, Lock) else primitive.refresh()
+            primitive.release()
+        assert force_release("warm", "0" * 16, client=backend) is False
+        with server.client(socket_timeout=5) as direct:
+            yield Proxied(proxy, backend, direct)
+        backend.close()
+        client.close()
+
+
+def sent_twice(proxied: Proxied, call: Callable[[], Any]) -> Any:
+    """Run ``call`` with the reply of its (one) script cut: redis-py sends it again."""
+    before = evalsha_calls(proxied.direct)
+    cuts = proxied.proxy.cuts
+    proxied.proxy.cut_next_reply()
+    result = call()
+    assert proxied.proxy.cuts == cuts + 1, "the reply was not cut"
+    assert evalsha_calls(proxied.direct) - before == 2, "the script did not run twice"
+    return result
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))
+
+
+@pytest.fixture
+def events() -> Iterator[list[Event]]:
+    seen: list[Event] = []
+    subscribe(seen.append)
+    yield seen
+    unsubscribe(seen.append)
+
+
+def test_a_resent_extend_adds_its_seconds_once(proxied: Proxied) -> None:
+    lock = Lock("extended", client=proxied.backend, timeout=30)
+    assert lock.acquire()
+    new_ttl = sent_twice(proxied, lambda: lock.extend(10))
+    left_ms = held_ttl_ms(proxied.direct, lock._keys_for(proxied.backend).lock)
+    assert left_ms is not None and 39_000 < left_ms <= 40_000  # not 50 s
+    assert 39 < new_ttl <= 40  # and it reports the life the hold has
+    lock.release()
+
+
+def test_a_resent_release_of_a_lock_is_one_release(proxied: Proxied, events: list[Event]) -> None:
+    lost: list[str] = []
+    lock = Lock(
+        "released", client=proxied.backend, timeout=30, on_lost=lambda *a: lost.append(a[1])
+    )
+    assert lock.acquire()
+    sent_twice(proxied, lock.release)
+    assert lost == []
+    assert [e.event for e in events] == ["acquired", "released"]
+    assert not is_held(proxied.direct, lock._keys_for(proxied.backend).lock)
+
+
+def test_a_resent_semaphore_release_is_one_release_not_a_loss(
+    proxied: Proxied, events: list[Event]
+) -> None:
+    lost: list[str] = []
+    semaphore = Semaphore(
+        "released", 2, client=proxied.backend, timeout=30, on_lost=lambda *a: lost.append(a[1])
+    )
+    other = Semaphore("released", 2, client=proxied.backend, timeout=30)
+    assert semaphore.acquire() and other.acquire()  # the other holder stays: keys stay
+    sent_twice(proxied, semaphore.release)  # LockLost (and on_lost) before the fix
+    assert lost == []
+    assert [e.event for e in events] == ["acquired", "acquired", "released"]
+    assert semaphore.count() == 1
+    other.release()
+
+
+def test_a_resent_semaphore_release_by_its_last_holder_is_one_release(proxied: Proxied) -> None:
+    semaphore = Semaphore("last", 1, client=proxied.backend, timeout=30)
+    assert semaphore.acquire()
+    sent_twice(proxied, semaphore.release)
+    assert semaphore.count() == 0
+
+
+def test_a_resent_refresh_gives_one_full_ttl(proxied: Proxied) -> None:
+    semaphore = Semaphore("refreshed", 3, client=proxied.backend, timeout=30)
+    assert semaphore.acquire()
+    assert 29 < sent_twice(proxied, semaphore.refresh) <= 30
+    assert semaphore.count() == 1
+    [holder] = semaphore.holders()
+    assert 29 < holder.ttl <= 30
+    semaphore.release()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_resent_acquire_is_one_grant(proxied: Proxied, kind: str) -> None:
+    primitive = (
+        Lock("taken", client=proxied.backend, timeout=30)
+        if kind == "lock"
+        else Semaphore("taken", 2, client=proxied.backend, timeout=30)
+    )
+    assert sent_twice(proxied, primitive.acquire) is True
+    if isinstance(primitive, Lock):
+        info = get_lock("taken", client=proxied.backend)
+        assert info is not None and info.fence == primitive.fence
+    else:
+        assert primitive.count() == 1
+    primitive.release()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_resent_force_release_evicts_once_and_says_so(
+    proxied: Proxied, events: list[Event], kind: str
+) -> None:
+    primitive = (
+        Lock("evicted", client=proxied.backend, timeout=30)
+        if kind == "lock"
+        else Semaphore("evicted", 2, client=proxied.backend, timeout=30)
+    )
+    assert primitive.acquire()
+    holder = primitive.holder_id
+    assert holder is not None
+    forced = sent_twice(
+        proxied, lambda: force_release("evicted", holder, kind=kind, client=proxied.backend)
+    )
+    assert forced is True  # False before the fix: the resend found nothing to evict
+    # Another request for the same eviction came too late: nothing to evict any more.
+    assert force_release("evicted", holder, kind=kind, client=proxied.backend) is False
+    assert [e.event for e in events] == ["acquired", "force_released"]
+    renew: Callable[[], Any] = (
+        (lambda: primitive.extend(5)) if isinstance(primitive, Lock) else primitive.refresh
+    )
+    with pytest.raises(LockLost, match="force-released"):
+        renew()
