@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Literal, Self
 
-Mode = Literal["forward", "drop", "delay", "cut"]
+Mode = Literal["forward", "drop", "delay", "cut", "sever"]
 _CHUNK = 65536
 
 
@@ -97,14 +97,18 @@ class ReplyProxy:
         self._set("cut", 0.0)
 
     @contextlib.contextmanager
-    def partition(self) -> Iterator[None]:
-        """Inside the block: no reply passes, and new connections are accepted but never
-        reach the server (clients time out); after it, new connections work again. Open
-        connections are closed when it ends, as a network fault would leave them."""
+    def partition(self, *, after_next_reply: bool = False) -> Iterator[None]:
+        """Inside the block nothing passes either way, and new connections are accepted but
+        never reach the server (clients time out); after it, new connections work again and
+        the open ones are closed, as a network fault leaves them. With ``after_next_reply``
+        the cut comes as the next reply is on its way: the command reached the server, its
+        reply is lost, and from that moment on the network is cut."""
         with self._mutex:
-            self._partitioned = True
             self._healed.clear()
-        self._set("drop", 0.0)
+            if after_next_reply:
+                self._mode = "sever"
+            else:
+                self._partitioned = True
         try:
             yield
         finally:
@@ -114,8 +118,8 @@ class ReplyProxy:
                 _close(sock)
             with self._mutex:
                 self._partitioned = False
+                self._mode = "forward"
                 self._healed.set()
-            self.forward_replies()
 
     def delay_replies(self, seconds: float) -> None:
         """Hold back every reply chunk for ``seconds`` before passing it on."""
@@ -172,6 +176,14 @@ class ReplyProxy:
                 data = source.recv(_CHUNK)
                 if not data:
                     break
+                with self._mutex:
+                    if replies and self._mode == "sever":  # this reply is lost, and so on
+                        self._mode, self._partitioned = "drop", True
+                    partitioned = self._partitioned
+                if partitioned:
+                    with self._mutex:
+                        self.dropped_bytes += len(data)
+                    continue
                 if replies:
                     with self._mutex:
                         mode, delay = self._mode, self._delay
