@@ -80,6 +80,21 @@ def hold_renewed(url: str, namespace: str, name: str, kind: str, timeout: float)
     return 0
 
 
+def wait(url: str, namespace: str, name: str, kind: str, timeout: float) -> None:
+    """Wait for lock (or 1-slot semaphore) ``name`` as long as it takes, then hold it for a
+    minute: a waiter for tests to kill while it is queued."""
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    backend = Backend(client, namespace=namespace)
+    primitive: Lock | Semaphore = (
+        Lock(name, client=backend, timeout=timeout)
+        if kind == "lock"
+        else Semaphore(name, 1, client=backend, timeout=timeout)
+    )
+    primitive.acquire()
+    print(json.dumps({"acquired": primitive.holder_id}), flush=True)
+    time.sleep(60)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="job", required=True)
@@ -99,8 +114,16 @@ def main(argv: list[str]) -> int:
     renewed.add_argument("name")
     renewed.add_argument("kind", choices=["lock", "semaphore"])
     renewed.add_argument("timeout", type=float)
+    waiter = sub.add_parser("wait")
+    waiter.add_argument("url")
+    waiter.add_argument("namespace")
+    waiter.add_argument("name")
+    waiter.add_argument("kind", choices=["lock", "semaphore"])
+    waiter.add_argument("timeout", type=float)
     args = parser.parse_args(argv)
-    if args.job == "increment":
+    if args.job == "wait":
+        wait(args.url, args.namespace, args.name, args.kind, args.timeout)
+    elif args.job == "increment":
         increment(args.url, args.namespace, args.counter, args.times)
     elif args.job == "hold":
         hold(args.url, args.namespace, args.name, args.seconds)
