@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import secrets
 import statistics
 import threading
 import time
 
+import pytest
 import redis
 
 from django_redis_locks import Lock
 from django_redis_locks.core import Backend
+from tests.harness.acl import CLIENT_COMMANDS, SCRIPT_COMMANDS, AclUser
 from tests.harness.servers import hub_has_waiter, wait_until
 
 
@@ -111,3 +115,113 @@ def test_waiter_takes_over_when_the_holder_expires(backend: Backend) -> None:
     started = time.monotonic()
     assert Lock("crashed", client=backend, timeout=5).acquire(timeout=5)
     assert time.monotonic() - started < 1.5
+
+
+# -- failures of the listener are visible ----------------------------------------------------
+def listener_warnings(caplog: pytest.LogCaptureFixture, text: str, namespace: str) -> list[str]:
+    """The wake-up listener's WARNING lines about ``namespace``'s channel that say ``text``
+    (listeners of other tests' stopped servers may be retrying meanwhile)."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "django_redis_locks.core.wakeup"
+        and r.levelno == logging.WARNING
+        and text in r.getMessage()
+        and f"{namespace}:wake:" in r.getMessage()
+    ]
+
+
+def test_a_refused_subscribe_is_logged_once_at_warning_and_retried(
+    make_server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user whose ACL refuses SUBSCRIBE: the listener says so once at WARNING (not at every
+    retry), retries, and says when it listens again."""
+    server = make_server()
+    commands = tuple(c for c in CLIENT_COMMANDS if c != "subscribe") + SCRIPT_COMMANDS
+    user = AclUser(
+        "nosubscribe", "pw-" + secrets.token_hex(8), ("refused:*",), ("refused:*",), commands
+    )
+    with server.client(socket_timeout=5) as admin:
+        admin.execute_command("ACL", "SETUSER", user.name, *user.rule())
+        client = redis.Redis(
+            host=server.host,
+            port=server.port,
+            username=user.name,
+            password=user.password,
+            socket_timeout=5,
+        )
+        backend = Backend(client, namespace="refused")
+        holder = Lock("gate", client=backend, timeout=10)
+        assert holder.acquire()
+        waiter = Lock("gate", client=backend, timeout=10)
+        result: list[bool] = []
+        caplog.set_level(logging.WARNING, "django_redis_locks.core.wakeup")
+
+        def wait_for_it() -> None:
+            result.append(waiter.acquire(timeout=5))
+            waiter.release()
+
+        thread = threading.Thread(target=wait_for_it)
+        thread.start()
+        wait_until(
+            lambda: listener_warnings(caplog, "cannot listen", "refused"),
+            timeout=5,
+            what="the warning",
+        )
+        time.sleep(2.0)  # several retries (back-off up to 1 s) while it is refused
+        [refused] = listener_warnings(caplog, "cannot listen", "refused")  # once, not per retry
+        assert "NOPERM" in refused or "NoPermission" in refused, refused
+        holder.release()  # the waiter gets it at a re-check (no wake-up can reach it)
+        thread.join(timeout=10)
+        assert result == [True]
+        # SUBSCRIBE is allowed now: the listener subscribes at its next retry.
+        admin.execute_command("ACL", "SETUSER", user.name, "+subscribe")
+        wait_until(
+            lambda: listener_warnings(caplog, "listens again", "refused"),
+            timeout=5,
+            what="listens again",
+        )
+        assert len(listener_warnings(caplog, "cannot listen", "refused")) == 1
+    client.close()
+    backend.close()
+
+
+def test_a_listener_that_died_is_reported_and_started_again(
+    backend: Backend, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = Lock("phoenix", client=backend, timeout=10)
+    waiter = Lock("phoenix", client=backend, timeout=10)
+    hub = backend.hub()
+    broken = threading.Event()
+
+    def wake_badly(member: str, news: str = "") -> None:
+        broken.set()
+        raise RuntimeError("a bug in the listener")
+
+    caplog.set_level(logging.WARNING, "django_redis_locks.core.wakeup")
+    monkeypatch.setattr(hub, "_wake", wake_badly)
+    assert holder.acquire()
+    thread = threading.Thread(target=lambda: waiter.acquire(timeout=5) and waiter.release())
+    thread.start()
+    wait_until(lambda: waiting(backend, waiter), timeout=5, what="waiter registered")
+    holder.release()
+    assert broken.wait(5)
+    thread.join(timeout=10)
+    assert listener_warnings(caplog, "failed; waiters fall back", backend.keys.namespace)
+    monkeypatch.undo()
+    # The next waiter starts it again, and wake-ups work.
+    assert holder.acquire()
+    got: list[float] = []
+
+    def wait_again() -> None:
+        if waiter.acquire(timeout=5):
+            got.append(time.monotonic())
+            waiter.release()
+
+    thread = threading.Thread(target=wait_again)
+    thread.start()
+    wait_until(lambda: waiting(backend, waiter), timeout=5, what="waiter registered again")
+    released = time.monotonic()
+    holder.release()
+    thread.join(timeout=10)
+    assert got and got[0] - released < 0.5  # woken, not re-checked
