@@ -68,6 +68,7 @@ def acquire_call(
             session,
             slice_ms,
             channel,
+            HANDOVER_WINDOW_MS,
         ),
     )
 

@@ -7,7 +7,8 @@ machine) unless a job says it logs the Redis server's clock.
 
 - ``increment``: read-modify-write increments of a counter under one lock (scenario 1).
 - ``cycle``: acquire an auto-renewed lock, work checking ``ensure_held()``, release, again and
-  again until a stop file appears, logging every failure with its duration (scenario 3).
+  again until a stop file appears, logging every failure with its duration (scenarios 3, 10
+  and 11; ``--fresh``: a new Lock object per attempt, as web requests make their own).
 - ``holder``: take a lock or a semaphore slot, then obey commands read from stdin, one per
   line, answering each with a JSON line; lost holds are reported as they happen
   (scenarios 2 and 4).
@@ -114,13 +115,12 @@ def cycle(args: argparse.Namespace) -> int:
         expires = int(hold.expires_at * 1e9) if hold is not None else -1
         log.write("O", time.monotonic_ns(), expires)
 
-    lock = Lock(
-        args.name,
-        client=Backend(client, namespace=args.namespace),
-        timeout=args.ttl,
-        auto_renew=True,
-        on_lost=on_lost,
-    )
+    backend = Backend(client, namespace=args.namespace)
+
+    def new_lock() -> Lock:
+        return Lock(args.name, client=backend, timeout=args.ttl, auto_renew=True, on_lost=on_lost)
+
+    lock = new_lock()
     stop = Path(args.stop_file)
 
     def attempt(operation: str, call: Callable[[], Any]) -> tuple[bool, Any]:
@@ -131,12 +131,17 @@ def cycle(args: argparse.Namespace) -> int:
             log.write("F", operation, started, time.monotonic_ns())
             return False, None
 
+    def take(lock: Lock) -> bool:
+        if args.acquire_wait == 0:
+            return lock.acquire(blocking=False)
+        return lock.acquire(timeout=args.acquire_wait)
+
     while not stop.exists():
-        ok, acquired = attempt("acquire", lambda: lock.acquire(timeout=args.acquire_wait))
-        if not ok:
+        if args.fresh:  # each attempt a new object, as each web request makes its own
+            lock = new_lock()
+        ok, acquired = attempt("acquire", lambda lock=lock: take(lock))  # type: ignore[misc]
+        if not ok or not acquired:
             time.sleep(args.step)  # back-off before trying again, not a wait for state
-            continue
-        if not acquired:
             continue
         log.write("S", time.monotonic_ns(), lock.fence)
         deadline = time.monotonic() + args.work
@@ -327,9 +332,10 @@ def main(argv: list[str]) -> int:
     cyc.add_argument("--socket-timeout", type=float, required=True)
     cyc.add_argument("--work", type=float, required=True)
     cyc.add_argument("--step", type=float, default=0.05)
-    cyc.add_argument("--acquire-wait", type=float, default=5.0)
+    cyc.add_argument("--acquire-wait", type=float, default=5.0, help="0: do not block")
     cyc.add_argument("--log", required=True)
     cyc.add_argument("--stop-file", required=True)
+    cyc.add_argument("--fresh", action="store_true", help="a new Lock object per attempt")
     cyc.set_defaults(run=cycle)
 
     hold = sub.add_parser("holder", parents=[common])

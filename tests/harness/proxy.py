@@ -42,7 +42,9 @@ class ReplyProxy:
         self.dropped_bytes = 0
         self.delayed_chunks = 0
         self.cuts = 0
+        self.severed = 0  # partitions that began as a reply was on its way
         self._partitioned = False
+        self._sever_on = b""
         self._healed = threading.Event()
         self._healed.set()
 
@@ -97,14 +99,16 @@ class ReplyProxy:
         self._set("cut", 0.0)
 
     @contextlib.contextmanager
-    def partition(self, *, after_next_reply: bool = False) -> Iterator[None]:
+    def partition(self, *, after_next_reply: bool = False, starting: bytes = b"") -> Iterator[None]:
         """Inside the block nothing passes either way, and new connections are accepted but
         never reach the server (clients time out); after it, new connections work again and
         the open ones are closed, as a network fault leaves them. With ``after_next_reply``
-        the cut comes as the next reply is on its way: the command reached the server, its
-        reply is lost, and from that moment on the network is cut."""
+        the cut comes as the next reply (that starts with ``starting``) is on its way: the
+        command reached the server, its reply is lost, and from that moment on the network is
+        cut; until then everything passes."""
         with self._mutex:
             self._healed.clear()
+            self._sever_on = starting
             if after_next_reply:
                 self._mode = "sever"
             else:
@@ -177,8 +181,11 @@ class ReplyProxy:
                 if not data:
                     break
                 with self._mutex:
-                    if replies and self._mode == "sever":  # this reply is lost, and so on
+                    if (
+                        replies and self._mode == "sever" and data.startswith(self._sever_on)
+                    ):  # this reply is lost, and so is everything after it
                         self._mode, self._partitioned = "drop", True
+                        self.severed += 1
                     partitioned = self._partitioned
                 if partitioned:
                     with self._mutex:

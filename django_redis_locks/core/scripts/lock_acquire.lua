@@ -20,6 +20,8 @@
 -- ARGV[9]  session: who is asking (a process and thread, greenlet or task), for slices
 -- ARGV[10] slice in milliseconds (0: none)
 -- ARGV[11] the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
+-- ARGV[12] hand-over window in milliseconds (see lib/lock): when the lock is free but an
+--          earlier waiter is due, it is handed to that waiter for this long
 --
 -- Reply:
 --   {1, fence, ttl_ms, now_ms, 0}  acquired
@@ -28,9 +30,9 @@
 --                                  acquire whose first reply was lost; ttl_ms is what is left
 --   {0, holder_ttl_ms, position, now_ms}
 --                                  not acquired: holder_ttl_ms is how long the holder (or a
---                                  slice's reservation) keeps it, -1 when it is free but due to
---                                  an earlier waiter; position is the 1-based place in the
---                                  queue (0: not queued)
+--                                  slice's reservation, or a hand-over to an earlier waiter)
+--                                  keeps it, -1 when an earlier waiter was woken to take it;
+--                                  position is the 1-based place in the queue (0: not queued)
 --
 -- Fairness: blocked waiters are served in arrival order (a release hands the lock to the
 -- first of them), and nobody takes a free lock while an earlier waiter is due, except the
@@ -66,9 +68,9 @@ else
     if reserved > 0 and not mine then
         holder_ttl = reserved
     else
-        local head = nil
+        local head, record = nil, nil
         if reserved <= 0 then
-            head = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
+            head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
         end
         if not head or head == token then
             if head then
@@ -82,6 +84,13 @@ else
                 tonumber(ARGV[5]), held[3], ARGV[9], slice_end)
             registry_set(KEYS[5], KEYS[6], ARGV[4], now_ms + ttl, now_ms, false)
             return {1, fence, ttl, now_ms, 0}
+        end
+        -- Free, but an earlier waiter is due: hand it over now, as a release would have (a
+        -- dead waiter then keeps it for the window only, not until its place runs out).
+        local kept = lock_hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
+            ARGV[4], head, record, now_ms, now_us, tonumber(ARGV[5]), tonumber(ARGV[12]), held[3])
+        if kept > 0 then
+            holder_ttl = kept
         end
     end
 end

@@ -75,20 +75,11 @@ if head and slice_left > 0 and not forced then
             ARGV[2] .. '#' .. string.sub(redis.sha1hex(head), 1, 16) .. '|' .. slice_left)
     end
 elseif head then
-    lock_dequeue(KEYS[2], KEYS[3], KEYS[4], head)
-    local ttl, handoff, session, slice, channel, meta =
-        string.match(record, '^(%d+) (%d) (%S+) (%d+) (%S+) (.*)$')
-    if handoff == '1' then
-        -- Handed over for the confirmation window; the waiter confirms the full TTL.
-        local window = math.min(tonumber(ttl), tonumber(ARGV[5]))
-        lock_grant(KEYS[1], head, window, meta, now_ms, now_us, tonumber(ARGV[3]), held[3],
-            session, now_ms + tonumber(slice))
-        registry_set(KEYS[5], KEYS[6], ARGV[2], now_ms + window, now_ms, false)
-    else
-        redis.call('HSET', KEYS[1], 'expires', '0')
+    if lock_hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[2], head,
+            record, now_ms, now_us, tonumber(ARGV[3]), tonumber(ARGV[5]), held[3]) == 0 then
+        redis.call('HSET', KEYS[1], 'expires', '0')  -- woken to take it: free meanwhile
         registry_remove(KEYS[5], KEYS[6], ARGV[2], now_ms)
     end
-    redis.call('PUBLISH', channel, ARGV[2] .. '#' .. string.sub(redis.sha1hex(head), 1, 16))
 else
     -- Free: the hold ends now (its fields stay until the next grant overwrites them).
     redis.call('HSET', KEYS[1], 'expires', '0')

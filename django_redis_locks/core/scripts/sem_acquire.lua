@@ -46,11 +46,11 @@ local limit = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local retention = tonumber(ARGV[10])
 
-local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
-if dropped > 0 then
-    -- Slots freed by expiry go to the queue first (possibly to this very caller).
-    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], now_ms, tonumber(ARGV[9]))
-end
+semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+-- Free slots go to the queue first (possibly to this very caller), as a release would give
+-- them: a slot freed by an expiry, or one whose admitted waiter never confirmed it, never
+-- waits for a queued waiter that may be dead.
+semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], now_ms, tonumber(ARGV[9]))
 local mine = redis.call('ZSCORE', KEYS[1], token)
 if mine and tonumber(mine) > now_ms then
     local left = tonumber(mine) - now_ms

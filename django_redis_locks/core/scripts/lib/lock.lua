@@ -25,6 +25,8 @@
 -- Hand-over: a release gives the lock to the first live waiter for a short confirmation
 -- window only; the waiter, woken, runs lock_acquire with its token, which confirms the hold
 -- for its full TTL. A waiter that died while queued holds the lock no longer than the window.
+-- An acquire that finds the lock free while an earlier waiter is due hands it over the same
+-- way, so a free lock never waits for a waiter that may be dead.
 
 -- Most dead waiters dropped, and most queue heads looked at, by one script: bounded work.
 local LOCK_PRUNE = 16
@@ -91,4 +93,25 @@ local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, now_us, retenti
         'reserved', '0', 'xseq', '0')
     redis.call('PEXPIRE', lock_key, ttl_ms + retention_ms)
     return fence
+end
+
+-- Hand the lock to the queued waiter ``head`` (its ``record`` from lock_queue_head): for a
+-- confirmation window of ``window_ms`` (at most its TTL) if it accepts hand-overs, and wake
+-- it on its own channel ("<member>#<holder id>"). ``last`` is the stored fence. Returns how
+-- long the lock is now kept for it (ms), 0 when it only was woken to take the lock itself.
+local function lock_hand_over(lock_key, queue_key, waiters_key, leases_key, names_key,
+                              expiry_key, member, head, record, now_ms, now_us, retention_ms,
+                              window_ms, last)
+    lock_dequeue(queue_key, waiters_key, leases_key, head)
+    local ttl, handoff, session, slice, channel, meta =
+        string.match(record, '^(%d+) (%d) (%S+) (%d+) (%S+) (.*)$')
+    local kept = 0
+    if handoff == '1' then
+        kept = math.min(tonumber(ttl), window_ms)
+        lock_grant(lock_key, head, kept, meta, now_ms, now_us, retention_ms, last, session,
+            now_ms + tonumber(slice))
+        registry_set(names_key, expiry_key, member, now_ms + kept, now_ms, false)
+    end
+    redis.call('PUBLISH', channel, member .. '#' .. string.sub(redis.sha1hex(head), 1, 16))
+    return kept
 end
