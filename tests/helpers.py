@@ -1,4 +1,5 @@
-"""Probes of a lock's state in Redis, for tests: held or not, and for how long.
+"""Helpers of the tests: probes of a lock's state in Redis (held or not, for how long), and a
+Backend that talks through a fault-injecting proxy.
 
 A lock's hash outlives its hold (it keeps the fence for a while), so "held" means: a token
 is set and its ``expires`` (server time, ms) is still ahead of the server's clock.
@@ -6,7 +7,15 @@ is set and its ``expires`` (server time, ms) is still ahead of the server's cloc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
+
+import redis
+
+from django_redis_locks.core import Backend, Lock, Semaphore
+from tests.harness.proxy import ReplyProxy
 
 
 def held_ttl_ms(client: Any, key: str | bytes) -> int | None:
@@ -29,3 +38,37 @@ def only_recent_releases(client: Any, key: str | bytes) -> bool:
     is recognised."""
     fields = {f.decode() if isinstance(f, bytes) else f for f in client.hkeys(key)}
     return fields == {"gone"}
+
+
+@dataclass
+class Proxied:
+    """A Backend that talks to a server through a :class:`~tests.harness.proxy.ReplyProxy`
+    (with the Backend's own retry policy), and a direct client of the server for checks."""
+
+    proxy: ReplyProxy
+    backend: Backend
+    direct: redis.Redis
+
+
+@contextmanager
+def proxied_backend(
+    server: Any, *, namespace: str, socket_timeout: float, decode_direct: bool = False
+) -> Iterator[Proxied]:
+    """A :class:`Proxied` on ``server``, its scripts loaded through the proxy first (a lock's
+    and a semaphore's acquire and release), so that no NOSCRIPT round trip is cut or withheld
+    by a test."""
+    with ReplyProxy(server.host, server.port) as proxy:
+        client = redis.Redis(
+            host=proxy.host,
+            port=proxy.port,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+        )
+        backend = Backend(client, namespace=namespace)
+        for primitive in (Lock("warm-up", client=backend), Semaphore("warm-up", 1, client=backend)):
+            assert primitive.acquire(blocking=False)
+            primitive.release()
+        with server.client(socket_timeout=5, decode_responses=decode_direct) as direct:
+            yield Proxied(proxy, backend, direct)
+        backend.close()
+        client.close()

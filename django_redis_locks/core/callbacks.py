@@ -14,14 +14,13 @@ leaves no connection open.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .ownership import runtime_key
+from .ownership import PerRuntime
 
 __all__ = ["CallbackThread", "add_idle_hook", "callbacks", "remove_idle_hook"]
 
@@ -113,26 +112,9 @@ class CallbackThread:
                 logger.exception("idle hook %r of the callback thread failed", hook)
 
 
-_current: tuple[tuple[Any, ...], CallbackThread] | None = None
-_current_mutex = threading.Lock()
+_callbacks = PerRuntime(CallbackThread)
 
 
 def callbacks() -> CallbackThread:
     """The callback thread of this runtime (a fresh one after ``fork()`` or monkey-patching)."""
-    global _current
-    key = runtime_key()
-    current = _current
-    if current is not None and current[0] == key:
-        return current[1]
-    with _current_mutex:
-        if _current is None or _current[0] != key:
-            _current = (key, CallbackThread())
-        return _current[1]
-
-
-def _reinit_after_fork() -> None:
-    global _current_mutex
-    _current_mutex = threading.Lock()  # another thread may have held it at fork()
-
-
-os.register_at_fork(after_in_child=_reinit_after_fork)
+    return _callbacks.get()

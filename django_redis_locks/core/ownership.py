@@ -31,10 +31,11 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar
 
 __all__ = [
     "OwnerKind",
+    "PerRuntime",
     "bound_to_caller",
     "current_owner",
     "owner_alive",
@@ -47,6 +48,7 @@ OwnerKind = Literal["thread", "greenlet", "task"]
 P = ParamSpec("P")
 R = TypeVar("R")
 S = TypeVar("S")
+T = TypeVar("T")
 
 
 def _current_greenlet() -> Any:
@@ -111,6 +113,30 @@ def runtime_key() -> tuple[int, Any, Any]:
     """Changes after ``fork()`` and after ``threading`` is monkey-patched: machinery made
     under another key must be made anew."""
     return (os.getpid(), threading.Lock, threading.get_ident)
+
+
+class PerRuntime(Generic[T]):
+    """One ``factory()`` object per runtime (see :func:`runtime_key`): made on first use,
+    and made anew after ``fork()`` or after ``threading`` was monkey-patched."""
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._current: tuple[tuple[Any, ...], T] | None = None
+        self._mutex = threading.Lock()
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def get(self) -> T:
+        key = runtime_key()
+        current = self._current
+        if current is not None and current[0] == key:
+            return current[1]
+        with self._mutex:
+            if self._current is None or self._current[0] != key:
+                self._current = (key, self._factory())
+            return self._current[1]
+
+    def _after_fork(self) -> None:
+        self._mutex = threading.Lock()  # another thread may have held it at fork()
 
 
 def _caller() -> Any:

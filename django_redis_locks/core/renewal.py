@@ -23,7 +23,6 @@ implementation, see :func:`.ownership.runtime_key`). A lane's thread ends when i
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import weakref
@@ -34,7 +33,7 @@ from typing import Any
 from . import replies
 from .callbacks import callbacks
 from .holds import Hold
-from .ownership import runtime_key
+from .ownership import PerRuntime
 from .scripting import Call
 
 __all__ = ["Renewal", "Renewer", "renewer"]
@@ -258,7 +257,6 @@ class Renewer:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._lanes: weakref.WeakKeyDictionary[Any, dict[str, _Lane]] = weakref.WeakKeyDictionary()
-        self.pid = os.getpid()
 
     def _lane(self, backend: Any, route_key: str) -> _Lane:
         name = backend.lane_name(route_key)
@@ -314,26 +312,9 @@ class Renewer:
         return sum(len(lane._reclaims) for lane in self._all_lanes(backend))
 
 
-_current: tuple[tuple[Any, ...], Renewer] | None = None
-_current_mutex = threading.Lock()
+_renewer = PerRuntime(Renewer)
 
 
 def renewer() -> Renewer:
     """The renewer of this runtime (a fresh one after ``fork()`` or monkey-patching)."""
-    global _current
-    key = runtime_key()
-    current = _current
-    if current is not None and current[0] == key:
-        return current[1]
-    with _current_mutex:
-        if _current is None or _current[0] != key:
-            _current = (key, Renewer())
-        return _current[1]
-
-
-def _reinit_after_fork() -> None:
-    global _current_mutex
-    _current_mutex = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reinit_after_fork)
+    return _renewer.get()

@@ -13,18 +13,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import redis
 
-from django_redis_locks.core import Backend, Lock, LockBackendError, Semaphore
+from django_redis_locks.core import Lock, LockBackendError, Semaphore
 from django_redis_locks.core.holder import holder_id
 from django_redis_locks.inspect import get_lock, get_semaphore
-from tests.harness.proxy import Mode, ReplyProxy
+from tests.harness.proxy import Mode
 from tests.harness.servers import wait_until
-from tests.helpers import is_held, only_recent_releases
+from tests.helpers import Proxied, is_held, only_recent_releases, proxied_backend
 
 pytestmark = pytest.mark.chaos
 
@@ -33,34 +32,12 @@ BOUND = SOCKET_TIMEOUT + 1.0  # one socket timeout, plus slack for a loaded 2-co
 DELAY = SOCKET_TIMEOUT * 3  # a delayed reply arrives well after the client gave up
 
 
-@dataclass
-class Proxied:
-    proxy: ReplyProxy
-    backend: Backend  # talks through the proxy
-    direct: redis.Redis  # talks to the server itself, for checks
-
-
 @pytest.fixture
 def proxied(make_server: Any) -> Iterator[Proxied]:
-    server = make_server()
-    with ReplyProxy(server.host, server.port) as proxy:
-        client = redis.Redis(
-            host=proxy.host,
-            port=proxy.port,
-            socket_timeout=SOCKET_TIMEOUT,
-            socket_connect_timeout=SOCKET_TIMEOUT,
-        )
-        backend = Backend(client, namespace="ambiguous")
-        # Load the scripts through the proxy, so that no NOSCRIPT round trip is withheld.
-        warm_lock = Lock("warm-up", client=backend, timeout=5)
-        warm_semaphore = Semaphore("warm-up", 1, client=backend, timeout=5)
-        for primitive in (warm_lock, warm_semaphore):
-            assert primitive.acquire(blocking=False)
-            primitive.release()
-        with server.client(socket_timeout=5, decode_responses=True) as direct:
-            yield Proxied(proxy, backend, direct)
-        backend.close()
-        client.close()
+    with proxied_backend(
+        make_server(), namespace="ambiguous", socket_timeout=SOCKET_TIMEOUT, decode_direct=True
+    ) as proxied:
+        yield proxied
 
 
 def withheld(proxied: Proxied, mode: Mode, call: Callable[[], object]) -> float:

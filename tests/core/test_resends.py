@@ -10,43 +10,30 @@ ran twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import redis
 
 from django_redis_locks import Lock, LockLost, Semaphore
-from django_redis_locks.core import Backend
 from django_redis_locks.core.events import Event, subscribe, unsubscribe
 from django_redis_locks.inspect import force_release, get_lock
-from tests.harness.proxy import ReplyProxy
-from tests.helpers import held_ttl_ms, is_held
-
-
-@dataclass
-class Proxied:
-    proxy: ReplyProxy
-    backend: Backend  # through the proxy, with the Backend's retry policy (one resend)
-    direct: redis.Redis  # to the server itself, for checks
+from tests.helpers import Proxied, held_ttl_ms, is_held, proxied_backend
 
 
 @pytest.fixture
 def proxied(make_server: Any) -> Iterator[Proxied]:
-    server = make_server()
-    with ReplyProxy(server.host, server.port) as proxy:
-        client = redis.Redis(host=proxy.host, port=proxy.port, socket_timeout=5)
-        backend = Backend(client, namespace="resent")
-        # Load the scripts first, so that the cut reply is the operation's own EVALSHA.
-        for primitive in (Lock("warm", client=backend), Semaphore("warm", 1, client=backend)):
-            assert primitive.acquire()
-            primitive.extend(1) if isinstance(primitive, Lock) else primitive.refresh()
-            primitive.release()
-        assert force_release("warm", "0" * 16, client=backend) is False
-        with server.client(socket_timeout=5) as direct:
-            yield Proxied(proxy, backend, direct)
-        backend.close()
-        client.close()
+    with proxied_backend(make_server(), namespace="resent", socket_timeout=5) as proxied:
+        # The scripts the tests cut replies of, loaded (the acquires and releases are).
+        lock = Lock("warm", client=proxied.backend)
+        semaphore = Semaphore("warm", 1, client=proxied.backend)
+        assert lock.acquire() and semaphore.acquire()
+        lock.extend(1)
+        semaphore.refresh()
+        lock.release()
+        semaphore.release()
+        assert force_release("warm", "0" * 16, client=proxied.backend) is False
+        yield proxied
 
 
 def sent_twice(proxied: Proxied, call: Callable[[], Any]) -> Any:

@@ -11,17 +11,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis
 
 from django_redis_locks import Lock, LockBackendError, Semaphore
 from django_redis_locks.core import Backend, driver
-from tests.harness.proxy import ReplyProxy
 from tests.harness.servers import RedisCluster, wait_until
-from tests.helpers import is_held
+from tests.helpers import Proxied, is_held, proxied_backend
 
 TTL = 30.0
 SOCKET_TIMEOUT = 0.5
@@ -29,34 +26,15 @@ PARTITION = 2.0  # seconds the network stays cut after the acquire
 UNDONE_WITHIN = 2.0  # after the partition healed: back-off (<= 1 s) + a socket timeout
 
 
-@dataclass
-class Cut:
-    proxy: ReplyProxy
-    backend: Backend
-    direct: redis.Redis
-
-
 @pytest.fixture
-def cut(make_server: Any) -> Iterator[Cut]:
-    server = make_server()
-    with ReplyProxy(server.host, server.port) as proxy:
-        client = redis.Redis(
-            host=proxy.host,
-            port=proxy.port,
-            socket_timeout=SOCKET_TIMEOUT,
-            socket_connect_timeout=SOCKET_TIMEOUT,
-        )
-        backend = Backend(client, namespace="cut")
-        for primitive in (Lock("warm", client=backend), Semaphore("warm", 1, client=backend)):
-            assert primitive.acquire()  # scripts loaded: the cut reply is the acquire's own
-            primitive.release()
-        with server.client(socket_timeout=5) as direct:
-            yield Cut(proxy, backend, direct)
-        backend.close()
-        client.close()
+def cut(make_server: Any) -> Iterator[Proxied]:
+    with proxied_backend(make_server(), namespace="cut", socket_timeout=SOCKET_TIMEOUT) as cut:
+        yield cut
 
 
-def partitioned_acquire(cut: Cut, acquire: Callable[[], Any], taken: Callable[[], bool]) -> float:
+def partitioned_acquire(
+    cut: Proxied, acquire: Callable[[], Any], taken: Callable[[], bool]
+) -> float:
     """Acquire while the network gets cut; return the seconds from the heal until the name
     was free again (or fail)."""
     with cut.proxy.partition(after_next_reply=True):
@@ -72,7 +50,7 @@ def partitioned_acquire(cut: Cut, acquire: Callable[[], Any], taken: Callable[[]
 
 @pytest.mark.parametrize("blocking", [False, True], ids=["try", "blocking"])
 def test_a_lock_acquired_during_a_partition_is_released_when_it_heals(
-    cut: Cut, blocking: bool
+    cut: Proxied, blocking: bool
 ) -> None:
     lock = Lock("partitioned", client=cut.backend, timeout=TTL)
     key = lock._keys_for(cut.backend).lock
@@ -85,7 +63,9 @@ def test_a_lock_acquired_during_a_partition_is_released_when_it_heals(
     lock.release()
 
 
-def test_a_semaphore_slot_taken_during_a_partition_is_given_back_when_it_heals(cut: Cut) -> None:
+def test_a_semaphore_slot_taken_during_a_partition_is_given_back_when_it_heals(
+    cut: Proxied,
+) -> None:
     semaphore = Semaphore("partitioned", 1, client=cut.backend, timeout=TTL)
     holders = semaphore._keys_for(cut.backend).holders
     undone = partitioned_acquire(
@@ -97,7 +77,7 @@ def test_a_semaphore_slot_taken_during_a_partition_is_given_back_when_it_heals(c
     semaphore.release()
 
 
-def test_an_asyncio_acquire_during_a_partition_is_undone_when_it_heals(cut: Cut) -> None:
+def test_an_asyncio_acquire_during_a_partition_is_undone_when_it_heals(cut: Proxied) -> None:
     lock = Lock("apartitioned", client=cut.backend, timeout=TTL)
     key = lock._keys_for(cut.backend).lock
 
