@@ -43,9 +43,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: How long a blocked waiter keeps its place in a queue without coming back to ask. Waiters
-#: ask at least every ``recheck_seconds``; one that crashed or stalled longer than this loses
-#: its place (and takes a new one at the back when it asks again).
-WAITER_LEASE_SECONDS = 5.0
+#: ask at least every ``recheck_seconds`` (at most 2 s apart when a slice of up to 1 s
+#: delays them); one that crashed or stalled longer than this loses its place (and takes a
+#: new one at the back when it asks again). A release may hand the lock to a waiter that died
+#: less than this long ago: each such waiter costs the others one hand-over window.
+WAITER_LEASE_SECONDS = 3.0
 #: Slack added to how long an unknown grant could live when it is given to the renewer.
 _RECLAIM_SLACK_SECONDS = 1.0
 

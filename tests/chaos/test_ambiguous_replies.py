@@ -69,7 +69,7 @@ def test_an_acquire_whose_reply_was_lost_is_undone_and_a_retry_gets_the_lock_ane
     returned_at = time.monotonic()
     # The server did apply it, and nobody would ever release it: the library does.
     stored_fence = int(proxied.direct.hget(keys.lock, "fence") or 0)
-    assert lock.fence is None  # not held as far as the object knows
+    assert lock.holder_id is None  # not held as far as the object knows
     wait_until(
         lambda: not is_held(proxied.direct, keys.lock), timeout=BOUND, what="the grant undone"
     )

@@ -4,13 +4,14 @@ Worker processes (``cycle`` jobs) take a lock with a long TTL (10 s), hold it a 
 release, and queue again, logging their hold intervals on the monotonic clock. A killer
 SIGKILLs a *waiting* process (one that does not hold the lock) at random moments, and a new
 process takes its place. A waiter killed in its queue keeps its place until its lease runs
-out, and a release in that window hands it the lock: for a confirmation window only, so the
-lock goes on about a second later, never after the TTL.
+out (3 s), and a release in that time hands it the lock: for a confirmation window only, so
+the lock goes on about a second later, never after the TTL.
 
 Pass rule: no two logged holds overlap; every pause in service (the time between a release
-and the next grant) lasts at most a confirmation window per waiter killed in the 5 s before
+and the next grant) lasts at most a confirmation window per waiter killed in the 3 s before
 it (their places were still leased, so each may have been handed the lock in turn), plus
-``SLACK``: with one dead waiter, about a second, where it used to be the 10 s TTL.
+``SLACK``: with one dead waiter, about a second, where it used to be the 10 s TTL. (The
+killer is far busier than real life: a kill every 1.25 s on average.)
 """
 
 from __future__ import annotations
@@ -152,4 +153,4 @@ def test_waiters_killed_in_the_queue_stall_the_lock_for_about_a_second_not_the_t
     assert not overlaps, f"overlapping holds: {overlaps[:5]}"
     for stall, dead in stalls:
         assert stall <= dead * WINDOW + SLACK, f"a {stall} s stall with {dead} dead waiters"
-    assert longest < TTL / 2
+    assert longest < TTL * 0.8

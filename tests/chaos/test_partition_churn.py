@@ -78,7 +78,9 @@ def test_acquires_cut_off_by_a_partition_leave_the_lock_free_soon_after_it_heals
             severed = proxy.severed
             with proxy.partition(after_next_reply=True, starting=GRANT):
                 wait_until(
-                    lambda before=severed: proxy.severed > before, timeout=10, what="a cut grant"
+                    lambda before=severed: bool(proxy.severed > before),  # type: ignore[misc]
+                    timeout=10,
+                    what="a cut grant",
                 )
                 time.sleep(PARTITION)  # the network stays cut (this is the scenario)
             heals.append(time.monotonic_ns() / 1e9)

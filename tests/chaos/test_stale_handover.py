@@ -5,8 +5,9 @@ Pass rule: its ``acquire()`` does not return True while the other holder holds t
 the only slot (no double grant), and when it does return, its fence is larger.
 
 Found by scenario 8: a hand-over arrives as a wake-up message, and a waiter used to trust it
-however late it read it. Now the message carries the grant's server time, the waiter dates it
-with its clock offset, and a hand-over read too late is checked with a further attempt.
+however late it read it. Now a hand-over only reserves the hold for a short window, and the
+woken waiter confirms it with one more script run, which finds a hold that ran out meanwhile
+gone.
 """
 
 from __future__ import annotations

@@ -155,7 +155,11 @@ def test_a_waiter_handed_the_lock_while_giving_up_passes_it_on(backend: Backend)
         assert not holder.locked() and queued(backend, "race") == 0
 
 
-def test_a_dead_waiter_handed_the_lock_blocks_only_until_its_ttl(backend: Backend) -> None:
+def test_a_dead_waiter_handed_the_lock_blocks_only_until_its_ttl_when_shorter_than_the_window(
+    backend: Backend,
+) -> None:
+    """The hand-over window is at most the waiter's TTL (tests/core/test_dead_waiters.py:
+    a waiter with a long TTL keeps a hand-over for the window)."""
     keys = backend.keys.lock("orphan")
     holder = Lock("orphan", client=backend, timeout=10, slice_seconds=0)
     assert holder.acquire()

@@ -10,7 +10,7 @@ ran twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import redis
@@ -133,7 +133,7 @@ def test_a_resent_acquire_is_one_grant(proxied: Proxied, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_a_resent_force_release_evicts_once_and_says_so(
-    proxied: Proxied, events: list[Event], kind: str
+    proxied: Proxied, events: list[Event], kind: Literal["lock", "semaphore"]
 ) -> None:
     primitive = (
         Lock("evicted", client=proxied.backend, timeout=30)

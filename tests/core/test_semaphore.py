@@ -461,7 +461,7 @@ def test_cancelled_async_waiter_leaves_the_queue(redis_server, namespace: str) -
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        # The clean-up runs in the background, well before the place's 5 s lease would end.
+        # The clean-up runs in the background, well before the place's 3 s lease would end.
         for _ in range(100):
             if waiting(backend, "cancel") == 0:
                 break

@@ -104,7 +104,7 @@ def test_a_cancelled_replicated_acquire_on_a_cluster_leaves_no_hold(
     """asyncio on a Cluster runs an acquire with wait_for_replicas in a worker thread. When
     the caller is cancelled while that thread is on its way (here: slowed by 0.1 s, as a
     loaded process would), the clean-up must come after the acquire, not before it."""
-    run_many = driver.run_many
+    run_many = driver.run_many  # type: ignore[attr-defined]
 
     def slow_run_many(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.1)  # the worker thread is slow to send (GIL, load)

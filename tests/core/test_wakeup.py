@@ -164,7 +164,7 @@ def test_a_refused_subscribe_is_logged_once_at_warning_and_retried(
         thread = threading.Thread(target=wait_for_it)
         thread.start()
         wait_until(
-            lambda: listener_warnings(caplog, "cannot listen", "refused"),
+            lambda: bool(listener_warnings(caplog, "cannot listen", "refused")),
             timeout=5,
             what="the warning",
         )
@@ -177,7 +177,7 @@ def test_a_refused_subscribe_is_logged_once_at_warning_and_retried(
         # SUBSCRIBE is allowed now: the listener subscribes at its next retry.
         admin.execute_command("ACL", "SETUSER", user.name, "+subscribe")
         wait_until(
-            lambda: listener_warnings(caplog, "listens again", "refused"),
+            lambda: bool(listener_warnings(caplog, "listens again", "refused")),
             timeout=5,
             what="listens again",
         )
@@ -201,7 +201,12 @@ def test_a_listener_that_died_is_reported_and_started_again(
     caplog.set_level(logging.WARNING, "django_redis_locks.core.wakeup")
     monkeypatch.setattr(hub, "_wake", wake_badly)
     assert holder.acquire()
-    thread = threading.Thread(target=lambda: waiter.acquire(timeout=5) and waiter.release())
+
+    def wait_once() -> None:
+        if waiter.acquire(timeout=5):
+            waiter.release()
+
+    thread = threading.Thread(target=wait_once)
     thread.start()
     wait_until(lambda: waiting(backend, waiter), timeout=5, what="waiter registered")
     holder.release()

@@ -513,7 +513,12 @@ def test_a_renewal_in_flight_when_the_run_gives_its_slot_back_is_no_loss(
         renewed.wait(2)  # ...before the run's give-back returns
 
     log, start_gate = tmp_path / "runs.log", tmp_path / "gate"
-    threading.Thread(target=lambda: renewing.wait(10) and start_gate.touch()).start()
+
+    def open_the_gate() -> None:
+        if renewing.wait(10):
+            start_gate.touch()
+
+    threading.Thread(target=open_the_gate).start()
     monkeypatch.setattr(Backend, "run_many", held_back)
     hold_released.connect(on_released)
     stderr = io.StringIO()
