@@ -45,6 +45,7 @@ def test_greenlet_holds_are_renewed_and_woken_in_a_patched_process(
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.deploy
 def test_the_renewal_wake_up_and_ownership_tests_pass_under_gevent() -> None:
     """The same tests as in a plain process, in a process patched by gevent.patch_all()."""
     code = (
