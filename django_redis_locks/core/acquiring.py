@@ -27,11 +27,13 @@ from .backend import Backend
 from .driver import Detach, Eval, Listen, Operation, Wait
 from .errors import LockBackendError, LockError
 from .holder import holder_id
+from .lock_protocol import WAITER_LEASE_MS
 from .renewal import renewer
 from .scripting import Call
 from .wakeup import decode_wake
 
 __all__ = [
+    "HANDOVER_TRUST",
     "WAITER_LEASE_SECONDS",
     "Acquirer",
     "Keys",
@@ -42,12 +44,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: How long a blocked waiter keeps its place in a queue without coming back to ask. Waiters
-#: ask at least every ``recheck_seconds`` (at most 2 s apart when a slice of up to 1 s
-#: delays them); one that crashed or stalled longer than this loses its place (and takes a
-#: new one at the back when it asks again). A release may hand the lock to a waiter that died
-#: less than this long ago: each such waiter costs the others one hand-over window.
-WAITER_LEASE_SECONDS = 3.0
+#: How long a blocked waiter keeps its place in a queue without coming back to ask (see
+#: :data:`.lock_protocol.WAITER_LEASE_MS`).
+WAITER_LEASE_SECONDS = WAITER_LEASE_MS / 1000
+#: A hand-over is trusted without a round trip only while more than this share of its TTL is
+#: left by the local estimate (which dates the grant from the server's clock, on the safe
+#: side); an older one (the waiter read it late: it was stopped) is checked by confirming it.
+HANDOVER_TRUST = 0.5
 #: Slack added to how long an unknown grant could live when it is given to the renewer.
 _RECLAIM_SLACK_SECONDS = 1.0
 
@@ -120,6 +123,10 @@ def acquire_steps(
     wake_key = f"{request.keys.member}#{holder_id(request.token)}"
     waiter = None
     attempting = queued = False
+    # Server clock minus local monotonic clock, from the last refusal: it dates a hand-over.
+    # Taken with the local time the request was sent, so a grant is dated no later than it
+    # happened (and a hold's end estimated no later than its real end).
+    offset: float | None = None
     try:
         if blocking and request.backend.hub().ready:
             # The process listens already: register at once, so that a release between
@@ -134,6 +141,8 @@ def acquire_steps(
                 primitive._grant(request, result, started)
                 return Outcome(True)
             queued = queued or result.position > 0
+            if result.server_now_ms is not None:
+                offset = result.server_now_ms / 1000 - started
             holder_left = result.holder_ttl_ms / 1000 if result.holder_ttl_ms >= 0 else None
             remaining = None if deadline is None else deadline - time.monotonic()
             if not blocking or (remaining is not None and remaining <= 0):
@@ -147,7 +156,12 @@ def acquire_steps(
                 waiter = yield Listen(wake_key, min(remaining or 1.0, 1.0))
                 continue
             pause = _pause(primitive.recheck_seconds, holder_left, remaining)
-            yield from _wait_turn(waiter, pause, remaining)
+            handed = yield from _wait_turn(waiter, pause, remaining)
+            granted = _trusted(handed, offset)
+            if handed is not None and granted is not None:
+                # A release made this waiter the holder, for its TTL: no further round trip.
+                primitive._grant(request, handed, granted)
+                return Outcome(True)
     except LockBackendError:
         if attempting:  # the script may have run: undo it as soon as Redis answers again
             _reclaim(primitive, request, "an acquire whose reply never came")
@@ -179,17 +193,35 @@ def _pause(recheck: float, holder_left: float | None, remaining: float | None) -
     return pause
 
 
-def _wait_turn(waiter: Any, pause: float, remaining: float | None) -> Operation[None]:
-    """Wait for a wake-up, at most ``pause`` seconds; then it is time to try again."""
+def _wait_turn(
+    waiter: Any, pause: float, remaining: float | None
+) -> Operation[replies.Acquired | None]:
+    """Wait for a wake-up, at most ``pause`` seconds. Returns the grant a release handed over
+    with the wake-up, or None: time to try again (which also confirms a hold handed over
+    for a moment only)."""
     while True:
         said = yield Wait(waiter, pause)
         if said is None:
-            return  # timed out: re-check
-        later = decode_wake(said)
-        if later is None:
-            return  # woken: the hold may be this waiter's (handed over) or free
+            return None  # timed out: re-check
+        news = decode_wake(said)
+        if news is None or isinstance(news, replies.Acquired):
+            return news
         # Kept for its holder's slice a little longer: wait that long (or for a hand-over).
-        pause = later if remaining is None else min(later, max(remaining, 0.0))
+        pause = news if remaining is None else min(news, max(remaining, 0.0))
+
+
+def _trusted(handed: replies.Acquired | None, offset: float | None) -> float | None:
+    """The local time a hand-over was granted, if it can be trusted without a round trip.
+
+    Not when the news comes late (the waiter was stopped or starved after the grant) and
+    less than HANDOVER_TRUST of the TTL may be left: then the next attempt tells whether the
+    hold is still there (and confirms it).
+    """
+    if handed is None or offset is None:
+        return None
+    granted = handed.server_now_ms / 1000 - offset
+    left = granted + handed.ttl_ms / 1000 - time.monotonic()
+    return granted if left > handed.ttl_ms / 1000 * HANDOVER_TRUST else None
 
 
 def _leave_queue(primitive: Acquirer[K], request: Request[K]) -> Operation[None]:

@@ -119,7 +119,12 @@ class Backend:
             await entry.close()
 
     def close(self) -> None:
-        """Close the sync client's connections if this Backend made that client."""
+        """Stop listening for wake-ups; close the sync client's connections if this Backend
+        made that client."""
+        hubs: dict[str, WakeupHub] = self.client.__dict__.get("_drl_wakeup_hubs", {})
+        hub = hubs.pop(self.keys.channel, None)
+        if hub is not None:
+            hub.stop()
         if self.client is not self._given:
             self.client.close()
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from . import lock_protocol as protocol
 from . import replies
-from .acquiring import WAITER_LEASE_SECONDS, Outcome, Request
+from .acquiring import Outcome, Request
 from .backend import Backend
 from .driver import Command, Eval, EvalWait, Operation, adrive, drive
 from .errors import (
@@ -36,7 +36,6 @@ DEFAULT_SLICE_SECONDS = 0.005
 #: Longest accepted slice.
 MAX_SLICE_SECONDS = 1.0
 _MAX_TTL_MS = to_millis(MAX_TTL_SECONDS)
-_LEASE_MS = to_millis(WAITER_LEASE_SECONDS)
 
 Replicas = int | Literal["majority"]
 
@@ -189,7 +188,7 @@ class Lock(Primitive[LockKeys]):
             to_millis(request.ttl),
             request.metadata,
             queue=queue,
-            lease_ms=_LEASE_MS,
+            lease_ms=protocol.WAITER_LEASE_MS,
             # A hand-over skips this waiter's WAIT: with wait_for_replicas it takes the lock
             # itself once a release wakes it.
             handoff=self.wait_for_replicas is None,

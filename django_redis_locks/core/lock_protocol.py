@@ -14,7 +14,16 @@ from .keys import RETENTION_MS, LockKeys
 from .replies import Acquired, Contended, decode_acquired, text
 from .scripting import Call, load
 
-#: How long a release hands the lock to the first waiter before that waiter confirms it (ms).
+#: How long a blocked waiter keeps its place in a queue without coming back to ask (ms).
+#: Waiters ask at least every ``recheck_seconds`` (at most 2 s apart when a slice of up to
+#: 1 s delays them); one that crashed or stalled longer than this loses its place (and takes a
+#: new one at the back when it asks again).
+WAITER_LEASE_MS = 3000
+#: A waiter whose lease has more than this left asked within the last 1.5 s: a hand-over to
+#: it is for its full TTL if its process hears the message, and it needs no round trip.
+FRESH_LEASE_MS = 1500
+#: How long a release hands the lock (or a slot) to a waiter not known to be alive, before
+#: that waiter confirms it (ms): a waiter that died while queued keeps nothing longer.
 HANDOVER_WINDOW_MS = 1000
 
 __all__ = [
@@ -69,6 +78,7 @@ def acquire_call(
             slice_ms,
             channel,
             HANDOVER_WINDOW_MS,
+            FRESH_LEASE_MS,
         ),
     )
 
@@ -94,6 +104,7 @@ def release_call(keys: LockKeys, token: str, *, forced: bool = False) -> Call:
             "holder" if forced else "token",
             HANDOVER_WINDOW_MS,
             secrets.token_hex(4) if forced else "-",
+            FRESH_LEASE_MS,
         ),
     )
 

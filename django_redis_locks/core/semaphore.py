@@ -13,7 +13,7 @@ from typing import Any
 
 from . import replies
 from . import semaphore_protocol as protocol
-from .acquiring import WAITER_LEASE_SECONDS, Outcome, Request
+from .acquiring import Outcome, Request
 from .backend import Backend
 from .driver import Eval, Operation, adrive, drive
 from .errors import (
@@ -26,6 +26,7 @@ from .errors import (
 from .holds import Hold
 from .info import HolderInfo, SemaphoreInfo
 from .keys import SemaphoreKeys
+from .lock_protocol import WAITER_LEASE_MS
 from .ownership import bound_to_caller, current_owner
 from .primitive import LostCallback, Primitive
 from .registry import semaphore_info_steps
@@ -178,7 +179,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
             to_millis(request.ttl),
             request.metadata,
             queue=queue,
-            lease_ms=to_millis(WAITER_LEASE_SECONDS),
+            lease_ms=WAITER_LEASE_MS,
             channel=self._channel(request) if queue else "-",
         )
         result = protocol.decode_acquire((yield Eval(call)))

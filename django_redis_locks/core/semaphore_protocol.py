@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .keys import RETENTION_MS, SemaphoreKeys
-from .lock_protocol import HANDOVER_WINDOW_MS
+from .lock_protocol import FRESH_LEASE_MS, HANDOVER_WINDOW_MS
 from .replies import Acquired, Contended, decode_acquired
 from .scripting import Call, load
 
@@ -70,6 +70,7 @@ def acquire_call(
             channel,
             HANDOVER_WINDOW_MS,
             RETENTION_MS,
+            FRESH_LEASE_MS,
         ),
     )
 
@@ -98,6 +99,7 @@ def release_call(keys: SemaphoreKeys, token: str, *, forced: bool = False) -> Ca
             HANDOVER_WINDOW_MS,
             RETENTION_MS,
             secrets.token_hex(4) if forced else "-",
+            FRESH_LEASE_MS,
         ),
     )
 

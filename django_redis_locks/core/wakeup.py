@@ -5,22 +5,27 @@ records with its place in a queue. Release scripts publish there, one message pe
 may now go ahead. The message format (the scripts build it; :func:`split_message` and
 :func:`decode_wake` read it)::
 
-    <member>#<holder id>          try now: the hold was handed (or a slot admitted) to you,
-                                  or the name is free
-    <member>#<holder id>|<ms>     the name stays kept for its holder's slice this many ms
+    <member>#<holder id>                       try now: the name is free, or was handed to
+                                               you for a moment (confirm it by trying)
+    <member>#<holder id>|<ms>                  the name stays kept for its holder's slice
+                                               this many ms
+    <member>#<holder id>|<n>|<ttl>|<at>        the name is yours for <ttl> ms from <at> (ms,
+                                               server time): fence (lock) or ticket
+                                               (semaphore) <n>
 
 ``member`` is ``"lock:<name>"`` or ``"sem:<name>"``, ``holder id`` the waiter's (see
 :mod:`.holder`). Uncontended releases publish nothing, and no process hears of another's
-waiters. In each process a single listener thread per (client, namespace) subscribes once and
-wakes the local waiter registered under that key, sync (``threading.Event``) and asyncio alike
-(through ``loop.call_soon_threadsafe``). However many callers wait, the process holds one
-extra connection per server.
+waiters. In each process one subscription per (client, namespace) carries every wake-up
+(:mod:`.subscription`); a blocked thread reads it itself while nobody else does, so its own
+wake-up comes without a hop through another thread, and it wakes the other waiters whose
+messages it reads (sync through ``threading.Event``, asyncio through
+``loop.call_soon_threadsafe``). While asyncio waiters wait, a listener thread reads for them.
+However many callers wait, the process holds one extra connection per server.
 
 Waiters never rely on a notification alone: each wait is bounded (by the holder's remaining
 TTL and a re-check interval), so a lost message costs latency, never liveness. After the
-listener reconnects it wakes everybody, since messages may have been missed meanwhile. A
-listener that cannot subscribe (the server is away, or refuses the channel) says so once at
-WARNING, retries with back-off, and says so again when it is back.
+subscription is back from a failure everybody is woken, since messages may have been missed
+meanwhile.
 """
 
 from __future__ import annotations
@@ -35,20 +40,21 @@ import threading
 import time
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from .ownership import runtime_key
+from .replies import Acquired
+from .subscription import Subscription
 
 __all__ = ["AsyncWaiter", "SyncWaiter", "WakeupHub", "decode_wake", "hub_for", "split_message"]
 
 logger = logging.getLogger(__name__)
 
-#: How long the listener blocks in one read; also how fast it notices it has become idle.
+#: The longest one read of the subscription blocks; also how fast the listener thread notices
+#: it has become idle.
 _POLL_SECONDS = 1.0
-#: The listener unsubscribes and ends after this long without waiters.
+#: The listener thread ends after this long without waiters.
 _IDLE_EXIT_SECONDS = 30.0
-#: A wake-up message with news after the waiter key: "<member>#<holder id>|<ms>".
-_WITH_NEWS = re.compile(r"(.*#[0-9a-f]{16})\|(\d+)", re.DOTALL)
+#: A wake-up message with news after the waiter key: "|<ms>" or "|<n>|<ttl ms>|<at ms>".
+_WITH_NEWS = re.compile(r"(.*#[0-9a-f]{16})\|(\d+(?:\|\d+\|\d+)?)", re.DOTALL)
 
 
 def split_message(data: str) -> tuple[str, str]:
@@ -57,32 +63,51 @@ def split_message(data: str) -> tuple[str, str]:
     return (match[1], match[2]) if match else (data, "")
 
 
-def decode_wake(news: str) -> float | None:
-    """What a waiter was told: None, try now; else the seconds to wait before trying."""
-    return int(news) / 1000 if news else None
+def decode_wake(news: str) -> Acquired | float | None:
+    """What a waiter was told: None, try now; the seconds to wait before trying; or the hold
+    it was handed (an Acquired whose ``server_now_ms`` is the grant's time)."""
+    if not news:
+        return None
+    parts = news.split("|")
+    if len(parts) == 1:
+        return int(parts[0]) / 1000
+    return Acquired(
+        fence=int(parts[0]), ttl_ms=int(parts[1]), server_now_ms=int(parts[2]), retried=False
+    )
 
 
 class SyncWaiter:
-    """A thread's registration for wake-ups under one key."""
+    """A thread's (or greenlet's) registration for wake-ups under one key."""
 
-    __slots__ = ("_event", "_news", "hub", "member")
+    __slots__ = ("_event", "_news", "_woken", "hub", "member")
 
     def __init__(self, hub: WakeupHub, member: str) -> None:
         self.hub = hub
         self.member = member
         self._event = threading.Event()
         self._news = ""
+        self._woken = False
 
     def wake(self, news: str = "") -> None:
         self._news = news  # the latest message counts
+        self._woken = True
+        self._event.set()
+
+    def poke(self) -> None:
+        """Not a wake-up: the reader left, this waiter may take over reading."""
         self._event.set()
 
     def wait(self, timeout: float) -> str | None:
         """Block up to ``timeout`` seconds. None if not woken, else the message's news ("":
         try now; see :func:`decode_wake`). Consumes the wake-up."""
-        if not self._event.wait(max(timeout, 0.0)):
+        return self.hub.wait_sync(self, timeout)
+
+    def take(self) -> str | None:
+        """The news if woken (consumed), else None; clears the event either way."""
+        self._event.clear()  # first: a wake-up that comes after this is not lost
+        if not self._woken:
             return None
-        self._event.clear()
+        self._woken = False
         news, self._news = self._news, ""
         return news
 
@@ -107,6 +132,9 @@ class AsyncWaiter:
         with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting any more
             self._loop.call_soon_threadsafe(self._event.set)
 
+    def poke(self) -> None:
+        """asyncio waiters never read: nothing to take over."""
+
     async def wait(self, timeout: float) -> str | None:
         """Wait up to ``timeout`` seconds. None if not woken, else the message's news ("":
         try now; see :func:`decode_wake`). Consumes the wake-up."""
@@ -128,65 +156,116 @@ Waiter = SyncWaiter | AsyncWaiter
 
 
 class WakeupHub:
-    """The listener of this process's channel on one server, shared by all its waiters.
+    """This process's wake-ups from one server, shared by all its waiters.
 
-    ``channel`` is ``<prefix>:<process id>``: waiters hand it to the scripts with their place
+    ``channel`` is ``<prefix>:<random id>``: waiters hand it to the scripts with their place
     in a queue, and releases publish there, so a wake-up reaches only the process it is for.
+
+    Who reads the subscription: a blocked sync waiter reads it itself (one at a time, under
+    the reader lock), so its own wake-up needs no hop through another thread; it dispatches
+    the other waiters' messages as it reads them, and when it leaves it hands reading on to
+    another blocked waiter. asyncio waiters cannot block their loop: while any wait, a
+    listener thread reads for them (and for everyone).
     """
 
     def __init__(self, client: Any, prefix: str) -> None:
-        self._client = client
         self._channel = f"{prefix}:{secrets.token_hex(6)}"
-        self._mutex = threading.Lock()
+        self._mutex = threading.Lock()  # the registrations, the thread, the futures
+        self._reader = threading.Lock()  # held by whoever reads the subscription
         self._waiters: dict[str, set[Waiter]] = {}
+        self._async_waiters = 0
         self._ready = threading.Event()
         self._ready_futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._thread: threading.Thread | None = None
         self._idle_since = time.monotonic()
+        self._stopped = False
+        self._subscription = Subscription(
+            client,
+            self._channel,
+            on_subscribed=self._subscribed,
+            on_message=self._message,
+            on_broken=self._broken,
+        )
         self.runtime = runtime_key()
 
     # -- registration ------------------------------------------------------------------
     def register(self, member: str) -> SyncWaiter:
         waiter = SyncWaiter(self, member)
-        self._add(waiter)
+        with self._mutex:
+            self._waiters.setdefault(member, set()).add(waiter)
         return waiter
 
     def register_async(self, member: str) -> AsyncWaiter:
         waiter = AsyncWaiter(self, member)
-        self._add(waiter)
-        return waiter
-
-    def _add(self, waiter: Waiter) -> None:
         thread = None
         with self._mutex:
-            self._waiters.setdefault(waiter.member, set()).add(waiter)
+            self._waiters.setdefault(member, set()).add(waiter)
+            self._async_waiters += 1
             if self._thread is not None and not self._thread.is_alive():
                 logger.warning("wake-up listener on %s had died; starting it again", self._channel)
                 self._thread = None
             if self._thread is None:
-                self._ready.clear()
                 thread = self._thread = threading.Thread(
                     target=self._run, name=f"drl-wakeup-{self._channel}", daemon=True
                 )
         if thread is not None:
             thread.start()  # outside the mutex: under gevent, starting may switch greenlets
+        return waiter
 
     def unregister(self, waiter: Waiter) -> None:
         with self._mutex:
             group = self._waiters.get(waiter.member)
-            if group is not None:
+            if group is not None and waiter in group:
                 group.discard(waiter)
                 if not group:
                     del self._waiters[waiter.member]
+                if isinstance(waiter, AsyncWaiter):
+                    self._async_waiters -= 1
             if not self._waiters:
                 self._idle_since = time.monotonic()
 
+    # -- waiting -------------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> bool:
-        """Block until the subscription is confirmed, at most ``timeout`` seconds."""
-        return self._ready.wait(max(timeout, 0.0))
+        """Block until the subscription is confirmed, at most ``timeout`` seconds (reading
+        it meanwhile if nobody else does)."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while not self._ready.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self._reader.acquire(blocking=False):
+                try:
+                    self._subscription.read(min(left, _POLL_SECONDS))
+                finally:
+                    self._reader.release()
+                    self._hand_reading_on(None)
+            else:
+                self._ready.wait(min(left, _POLL_SECONDS))
+        return True
+
+    def wait_sync(self, waiter: SyncWaiter, timeout: float) -> str | None:
+        """:meth:`SyncWaiter.wait`: read the subscription while nobody else does, else wait
+        to be woken (or to be handed the reading)."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            news = waiter.take()
+            if news is not None:
+                return news
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if self._reader.acquire(blocking=False):
+                try:
+                    while not waiter._woken and (left := deadline - time.monotonic()) > 0:
+                        self._subscription.read(min(left, _POLL_SECONDS))
+                finally:
+                    self._reader.release()
+                    self._hand_reading_on(waiter)
+            else:
+                waiter._event.wait(left)
 
     async def await_ready(self, timeout: float) -> bool:
-        """Asyncio twin of :meth:`wait_ready`."""
+        """Asyncio twin of :meth:`wait_ready` (the listener thread reads)."""
         if self._ready.is_set():
             return True
         loop = asyncio.get_running_loop()
@@ -205,6 +284,17 @@ class WakeupHub:
                 self._ready_futures = [(lp, f) for lp, f in self._ready_futures if f is not future]
         return True
 
+    def _hand_reading_on(self, leaving: SyncWaiter | None) -> None:
+        """The reader left: let another blocked sync waiter read (the listener thread, if
+        it runs, reads anyway)."""
+        with self._mutex:
+            for group in self._waiters.values():
+                for other in group:
+                    if other is not leaving and isinstance(other, SyncWaiter) and not other._woken:
+                        other.poke()
+                        return
+
+    # -- state ---------------------------------------------------------------------------
     @property
     def channel(self) -> str:
         """This process's wake-up channel on this server."""
@@ -212,17 +302,36 @@ class WakeupHub:
 
     @property
     def listening(self) -> bool:
+        """Whether the listener thread (for asyncio waiters) runs."""
         return self._thread is not None
 
     @property
     def ready(self) -> bool:
-        """Whether the subscription is up: a waiter registered now misses no wake-up."""
+        """Whether the subscription is up: a waiter registered now misses no wake-up (or, if
+        the connection broke unnoticed, finds out at its next re-check)."""
         return self._ready.is_set()
 
-    # -- listener thread -----------------------------------------------------------------
+    def stop(self) -> None:
+        """Close the subscription and end the listener thread (the client is going away)."""
+        self._stopped = True
+        with self._reader:
+            self._subscription.close()
+        self._ready.clear()
+
+    # -- the listener thread (while asyncio waiters wait) -------------------------------
     def _run(self) -> None:
         try:
-            self._listen()
+            while not self._stopped:
+                with self._mutex:
+                    idle = time.monotonic() - self._idle_since
+                    if not self._async_waiters and (not self._waiters or idle > _IDLE_EXIT_SECONDS):
+                        self._thread = None
+                        break
+                if self._reader.acquire(timeout=_POLL_SECONDS):
+                    try:
+                        self._subscription.read(_POLL_SECONDS)
+                    finally:
+                        self._reader.release()
         except Exception:
             logger.warning(
                 "wake-up listener on %s failed; waiters fall back to re-checks until it is "
@@ -232,69 +341,33 @@ class WakeupHub:
             )
             with self._mutex:
                 self._thread = None
-                self._ready.clear()
             self._wake_all()
+        self._hand_reading_on(None)
 
-    def _listen(self) -> None:
-        pubsub = None
-        backoff = 0.05
-        failing: str | None = None  # what went wrong, while it goes on
-        try:
-            while True:
-                with self._mutex:
-                    idle = time.monotonic() - self._idle_since
-                    if not self._waiters and idle > _IDLE_EXIT_SECONDS:
-                        self._thread = None
-                        self._ready.clear()
-                        return
-                try:
-                    if pubsub is None:
-                        pubsub = self._client.pubsub()
-                        pubsub.subscribe(self._channel)
-                    message = pubsub.get_message(timeout=_POLL_SECONDS)
-                except Exception as exc:
-                    # RedisError when the server is away or refuses the channel; redis-py may
-                    # also raise TypeError or OSError when the client was closed under the
-                    # listener. Reconnect, and say so once.
-                    if failing is None:
-                        logger.warning(
-                            "wake-up listener on %s cannot listen (%s: %s); retrying, and "
-                            "waiters re-check every second meanwhile",
-                            self._channel,
-                            type(exc).__name__,
-                            exc,
-                        )
-                    failing = f"{type(exc).__name__}: {exc}"
-                    self._ready.clear()
-                    _close(pubsub)
-                    pubsub = None
-                    self._wake_all()
-                    time.sleep(backoff)  # reconnect back-off, not synchronisation
-                    backoff = min(backoff * 2, 1.0)
-                    continue
-                if message is None:
-                    continue
-                if message["type"] == "subscribe":
-                    backoff = 0.05
-                    self._set_ready()
-                    if failing is not None:  # messages may have been lost meanwhile
-                        logger.warning("wake-up listener on %s listens again", self._channel)
-                        failing = None
-                        self._wake_all()
-                elif message["type"] == "message":
-                    data = message["data"]
-                    text = data.decode("utf-8") if isinstance(data, bytes) else str(data)
-                    self._wake(*split_message(text))
-        finally:
-            _close(pubsub)
-
-    def _set_ready(self) -> None:
+    # -- what the subscription reports ---------------------------------------------------
+    def _subscribed(self, recovered: bool) -> None:
         self._ready.set()
         with self._mutex:
             futures, self._ready_futures = self._ready_futures, []
         for loop, future in futures:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, future)
+        if recovered:  # messages may have been lost meanwhile
+            self._wake_all()
+
+    def _broken(self) -> None:
+        self._ready.clear()
+        self._wake_all()
+
+    def _message(self, text: str) -> None:
+        try:
+            self._wake(*split_message(text))
+        except Exception:
+            logger.warning(
+                "wake-up listener on %s failed to pass a message on; its waiter re-checks",
+                self._channel,
+                exc_info=True,
+            )
 
     def _wake(self, member: str, news: str = "") -> None:
         with self._mutex:
@@ -312,12 +385,6 @@ class WakeupHub:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _close(pubsub: Any) -> None:
-    if pubsub is not None:
-        with contextlib.suppress(RedisError, OSError, TypeError):  # a dead connection
-            pubsub.close()
 
 
 _hubs_mutex = threading.Lock()

@@ -174,19 +174,33 @@ def test_a_refused_subscribe_is_logged_once_at_warning_and_retried(
         holder.release()  # the waiter gets it at a re-check (no wake-up can reach it)
         thread.join(timeout=10)
         assert result == [True]
-        # SUBSCRIBE is allowed now: the listener subscribes at its next retry.
+        # SUBSCRIBE is allowed now: the next waiter subscribes, and is woken by the release.
         admin.execute_command("ACL", "SETUSER", user.name, "+subscribe")
+        assert holder.acquire()
+        woken: list[float] = []
+
+        def wait_again() -> None:
+            if waiter.acquire(timeout=5):
+                woken.append(time.monotonic())
+                waiter.release()
+
+        thread = threading.Thread(target=wait_again)
+        thread.start()
         wait_until(
             lambda: bool(listener_warnings(caplog, "listens again", "refused")),
             timeout=5,
             what="listens again",
         )
+        released = time.monotonic()
+        holder.release()
+        thread.join(timeout=10)
+        assert woken and woken[0] - released < 0.5  # woken, not re-checked
         assert len(listener_warnings(caplog, "cannot listen", "refused")) == 1
     client.close()
     backend.close()
 
 
-def test_a_listener_that_died_is_reported_and_started_again(
+def test_a_message_that_cannot_be_passed_on_is_reported_and_the_waiter_rechecks(
     backend: Backend, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     holder = Lock("phoenix", client=backend, timeout=10)
@@ -201,10 +215,11 @@ def test_a_listener_that_died_is_reported_and_started_again(
     caplog.set_level(logging.WARNING, "django_redis_locks.core.wakeup")
     monkeypatch.setattr(hub, "_wake", wake_badly)
     assert holder.acquire()
+    result: list[bool] = []
 
     def wait_once() -> None:
-        if waiter.acquire(timeout=5):
-            waiter.release()
+        result.append(waiter.acquire(timeout=5))  # no exception: it re-checks
+        waiter.release()
 
     thread = threading.Thread(target=wait_once)
     thread.start()
@@ -212,21 +227,53 @@ def test_a_listener_that_died_is_reported_and_started_again(
     holder.release()
     assert broken.wait(5)
     thread.join(timeout=10)
-    assert listener_warnings(caplog, "failed; waiters fall back", backend.keys.namespace)
-    monkeypatch.undo()
-    # The next waiter starts it again, and wake-ups work.
-    assert holder.acquire()
-    got: list[float] = []
+    assert result == [True]
+    assert listener_warnings(caplog, "failed to pass a message on", backend.keys.namespace)
 
-    def wait_again() -> None:
-        if waiter.acquire(timeout=5):
-            got.append(time.monotonic())
-            waiter.release()
 
-    thread = threading.Thread(target=wait_again)
-    thread.start()
-    wait_until(lambda: waiting(backend, waiter), timeout=5, what="waiter registered again")
-    released = time.monotonic()
-    holder.release()
-    thread.join(timeout=10)
-    assert got and got[0] - released < 0.5  # woken, not re-checked
+def test_a_listener_thread_that_died_is_reported_and_started_again(
+    redis_server, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """asyncio waiters are read for by a listener thread; one that died (a bug) is reported,
+    its waiters fall back to re-checks, and the next asyncio waiter starts a new one."""
+    caplog.set_level(logging.WARNING, "django_redis_locks.core.wakeup")
+
+    async def scenario() -> float:
+        client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+        backend = Backend(client, namespace=namespace)
+        hub = backend.hub()
+        holder = Lock("phoenix", client=backend, timeout=10)
+        waiter = Lock("phoenix", client=backend, timeout=10)
+        read = hub._subscription.read
+        failed = threading.Event()
+
+        def read_badly(timeout: float) -> None:
+            failed.set()
+            raise RuntimeError("a bug in the listener")
+
+        hub._subscription.read = read_badly  # type: ignore[method-assign]
+        assert await holder.aacquire()
+        task = asyncio.create_task(waiter.aacquire(timeout=5))
+        while not failed.is_set():
+            await asyncio.sleep(0.01)
+        hub._subscription.read = read  # type: ignore[method-assign]
+        await holder.arelease()
+        assert await task  # by a re-check
+        await waiter.arelease()
+        # The next asyncio waiter starts the listener again, and is woken by the release.
+        assert await holder.aacquire()
+        task = asyncio.create_task(waiter.aacquire(timeout=5))
+        while not hub_has_waiter(backend, "lock:phoenix") or not hub.ready:
+            await asyncio.sleep(0.01)
+        released = time.monotonic()
+        await holder.arelease()
+        assert await task
+        woken_after = time.monotonic() - released
+        await waiter.arelease()
+        await client.aclose()
+        backend.close()
+        return woken_after
+
+    woken_after = asyncio.run(scenario())
+    assert listener_warnings(caplog, "failed; waiters fall back to re-checks", namespace)
+    assert woken_after < 0.5  # woken, not re-checked

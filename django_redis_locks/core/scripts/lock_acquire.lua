@@ -21,7 +21,9 @@
 -- ARGV[10] slice in milliseconds (0: none)
 -- ARGV[11] the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
 -- ARGV[12] hand-over window in milliseconds (see lib/lock): when the lock is free but an
---          earlier waiter is due, it is handed to that waiter for this long
+--          earlier waiter is due, it is handed to that waiter (for this long, unless it is
+--          known alive)
+-- ARGV[13] a waiter whose lease has more than this many ms left asked a moment ago
 --
 -- Reply:
 --   {1, fence, ttl_ms, now_ms, 0}  acquired
@@ -80,15 +82,17 @@ else
             if reserved > 0 then
                 slice_end = tonumber(held[5])  -- the session's slice goes on
             end
-            local fence = lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, now_us,
-                tonumber(ARGV[5]), held[3], ARGV[9], slice_end)
+            local fence = lock_next_fence(held[3], now_us)
+            lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, fence, tonumber(ARGV[5]), ARGV[9],
+                slice_end)
             registry_set(KEYS[5], KEYS[6], ARGV[4], now_ms + ttl, now_ms, false)
             return {1, fence, ttl, now_ms, 0}
         end
         -- Free, but an earlier waiter is due: hand it over now, as a release would have (a
         -- dead waiter then keeps it for the window only, not until its place runs out).
         local kept = lock_hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
-            ARGV[4], head, record, now_ms, now_us, tonumber(ARGV[5]), tonumber(ARGV[12]), held[3])
+            ARGV[4], head, record, now_ms, now_us, tonumber(ARGV[5]), tonumber(ARGV[12]),
+            tonumber(ARGV[13]), held[3])
         if kept > 0 then
             holder_ttl = kept
         end

@@ -15,8 +15,9 @@
 -- ARGV[3]  retention in milliseconds: how long the fence outlives the hold
 -- ARGV[4]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
 -- ARGV[5]  hand-over window in milliseconds: how long a waiter handed the lock holds it
---          before it confirms (see lib/lock)
+--          before it confirms, unless it is known alive (see lib/lock)
 -- ARGV[6]  forced release: the request's id (random), so that it is recognised if resent
+-- ARGV[7]  a waiter whose lease has more than this many ms left asked a moment ago
 --
 -- Reply:
 --    1  released (evicted, for a forced release)
@@ -76,7 +77,8 @@ if head and slice_left > 0 and not forced then
     end
 elseif head then
     if lock_hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[2], head,
-            record, now_ms, now_us, tonumber(ARGV[3]), tonumber(ARGV[5]), held[3]) == 0 then
+            record, now_ms, now_us, tonumber(ARGV[3]), tonumber(ARGV[5]), tonumber(ARGV[7]),
+            held[3]) == 0 then
         redis.call('HSET', KEYS[1], 'expires', '0')  -- woken to take it: free meanwhile
         registry_remove(KEYS[5], KEYS[6], ARGV[2], now_ms)
     end

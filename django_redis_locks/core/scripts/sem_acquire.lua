@@ -19,6 +19,7 @@
 -- ARGV[8]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
 -- ARGV[9]  admission window in milliseconds (see lib/semaphore)
 -- ARGV[10] retention in milliseconds of the recent releases once nobody holds or waits
+-- ARGV[11] a waiter whose lease has more than this many ms left asked a moment ago
 --
 -- Reply:
 --   {1, ticket, ttl_ms, now_ms, 0}   admitted
@@ -50,7 +51,8 @@ semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
 -- Free slots go to the queue first (possibly to this very caller), as a release would give
 -- them: a slot freed by an expiry, or one whose admitted waiter never confirmed it, never
 -- waits for a queued waiter that may be dead.
-semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], now_ms, tonumber(ARGV[9]))
+semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], now_ms, tonumber(ARGV[9]),
+    tonumber(ARGV[11]))
 local mine = redis.call('ZSCORE', KEYS[1], token)
 if mine and tonumber(mine) > now_ms then
     local left = tonumber(mine) - now_ms

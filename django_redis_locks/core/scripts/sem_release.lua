@@ -15,6 +15,7 @@
 -- ARGV[4]  admission window in milliseconds (see lib/semaphore)
 -- ARGV[5]  retention in milliseconds of the recent releases once nobody holds or waits
 -- ARGV[6]  forced release: the request's id (random), so that it is recognised if resent
+-- ARGV[7]  a waiter whose lease has more than this many ms left asked a moment ago
 --
 -- Reply:
 --    1  the slot was released (evicted, for a forced release), and given to the next live
@@ -72,7 +73,8 @@ else
 end
 
 if outcome == 1 or outcome == 2 or dropped > 0 then  -- a slot or a place ahead is free
-    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], now_ms, tonumber(ARGV[4]))
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], now_ms, tonumber(ARGV[4]),
+        tonumber(ARGV[7]))
 end
 local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, tonumber(ARGV[5]))
 if not last then

@@ -22,11 +22,13 @@
 -- the first waiter. This keeps a lock busy under contention instead of paying a wake-up of
 -- another process on every acquire, while no waiter waits more than a slice per holder ahead.
 --
--- Hand-over: a release gives the lock to the first live waiter for a short confirmation
--- window only; the waiter, woken, runs lock_acquire with its token, which confirms the hold
--- for its full TTL. A waiter that died while queued holds the lock no longer than the window.
--- An acquire that finds the lock free while an earlier waiter is due hands it over the same
--- way, so a free lock never waits for a waiter that may be dead.
+-- Hand-over: a release gives the lock to the first live waiter. For its full TTL when its
+-- process is known to be alive (it asked a moment ago, and its subscription hears the
+-- message); else for a short confirmation window only, and the waiter, woken (or at its next
+-- re-check), runs lock_acquire with its token, which confirms the hold for its full TTL. A
+-- SIGKILLed waiter's connection is closed, so it is never known alive: it holds the lock no
+-- longer than the window. An acquire that finds the lock free while an earlier waiter is due
+-- hands it over the same way, so a free lock never waits for a waiter that may be dead.
 
 -- Most dead waiters dropped, and most queue heads looked at, by one script: bounded work.
 local LOCK_PRUNE = 16
@@ -77,41 +79,60 @@ local function lock_enqueue(queue_key, waiters_key, leases_key, token, now_ms, n
     return redis.call('ZRANK', queue_key, token) + 1
 end
 
--- Make ``token`` the holder for ``ttl_ms``, in the slice of ``session`` that ends at
--- ``slice_end``; return its fence: max(last + 1, server time in microseconds), so fences keep
--- increasing even when the stored one was lost. ``last`` is the stored fence (or nil).
-local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, now_us, retention_ms, last,
-                          session, slice_end)
+-- The next fence: max(last + 1, server time in microseconds), so fences keep increasing even
+-- when the stored one (``last``, or nil) was lost.
+local function lock_next_fence(last, now_us)
     local fence = tonumber(last or '0') + 1
     if fence < now_us then
         fence = now_us
     end
-    fence = string.format('%.0f', fence)
+    return string.format('%.0f', fence)
+end
+
+-- Make ``token`` the holder for ``ttl_ms`` with ``fence``, in the slice of ``session`` that
+-- ends at ``slice_end``.
+local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, fence, retention_ms, session,
+                          slice_end)
     redis.call('HSET', lock_key, 'token', token, 'fence', fence,
         'acquired', string.format('%.0f', now_ms), 'expires', string.format('%.0f', now_ms + ttl_ms),
         'meta', meta, 'session', session, 'slice_end', string.format('%.0f', slice_end),
         'reserved', '0', 'xseq', '0')
     redis.call('PEXPIRE', lock_key, ttl_ms + retention_ms)
-    return fence
 end
 
--- Hand the lock to the queued waiter ``head`` (its ``record`` from lock_queue_head): for a
--- confirmation window of ``window_ms`` (at most its TTL) if it accepts hand-overs, and wake
--- it on its own channel ("<member>#<holder id>"). ``last`` is the stored fence. Returns how
--- long the lock is now kept for it (ms), 0 when it only was woken to take the lock itself.
+-- Hand the lock to the queued waiter ``head`` (its ``record`` from lock_queue_head) and wake
+-- it on its own channel. A waiter that asked within the last moment (its lease has more than
+-- ``fresh_ms`` left) and whose process hears the message (PUBLISH reaches a subscriber: the
+-- process is alive) gets the lock for its full TTL, with the grant in the message
+-- ("<member>#<holder id>|<fence>|<ttl ms>|<granted at ms>"): it needs no round trip. Any
+-- other gets it for the confirmation window ``window_ms`` only ("<member>#<holder id>"), which
+-- it confirms if it lives. ``last`` is the stored fence. Returns how long the lock is kept for
+-- the waiter (ms), 0 when it accepts no hand-over and was only woken to take the lock itself.
 local function lock_hand_over(lock_key, queue_key, waiters_key, leases_key, names_key,
                               expiry_key, member, head, record, now_ms, now_us, retention_ms,
-                              window_ms, last)
+                              window_ms, fresh_ms, last)
+    local lease = tonumber(redis.call('ZSCORE', leases_key, head) or '0')
     lock_dequeue(queue_key, waiters_key, leases_key, head)
     local ttl, handoff, session, slice, channel, meta =
         string.match(record, '^(%d+) (%d) (%S+) (%d+) (%S+) (.*)$')
-    local kept = 0
-    if handoff == '1' then
-        kept = math.min(tonumber(ttl), window_ms)
-        lock_grant(lock_key, head, kept, meta, now_ms, now_us, retention_ms, last, session,
-            now_ms + tonumber(slice))
-        registry_set(names_key, expiry_key, member, now_ms + kept, now_ms, false)
+    local wake = member .. '#' .. string.sub(redis.sha1hex(head), 1, 16)
+    if handoff ~= '1' then
+        redis.call('PUBLISH', channel, wake)
+        return 0
     end
-    redis.call('PUBLISH', channel, member .. '#' .. string.sub(redis.sha1hex(head), 1, 16))
+    ttl = tonumber(ttl)
+    local fence = lock_next_fence(last, now_us)
+    local kept = math.min(ttl, window_ms)
+    if lease - now_ms > fresh_ms then
+        local told = wake .. '|' .. fence .. '|' .. ttl .. '|' .. string.format('%.0f', now_ms)
+        if redis.call('PUBLISH', channel, told) > 0 then
+            kept = ttl
+        end
+    else
+        redis.call('PUBLISH', channel, wake)
+    end
+    lock_grant(lock_key, head, kept, meta, now_ms, fence, retention_ms, session,
+        now_ms + tonumber(slice))
+    registry_set(names_key, expiry_key, member, now_ms + kept, now_ms, false)
     return kept
 end

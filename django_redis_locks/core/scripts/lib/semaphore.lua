@@ -13,9 +13,11 @@
 -- A holder counts while its expiry is in the future: expired holders and waiters are dropped
 -- a bounded number per script, and counts never include them meanwhile.
 --
--- Admission: a release (or an expiry) admits the first live waiters for a short confirmation
--- window only; each, woken, runs sem_acquire with its token, which confirms its slot for the
--- full TTL. A waiter that died while queued keeps a slot no longer than the window.
+-- Admission: a release (or an expiry) admits the first live waiters: for their full TTL when
+-- their process is known to be alive (see lib/lock's hand-over), else for a short
+-- confirmation window only, and each, woken, runs sem_acquire with its token, which confirms
+-- its slot for the full TTL. A waiter that died while queued keeps a slot no longer than the
+-- window.
 local SEMAPHORE_GRACE_MS = 1000
 -- Most expired holders, and most dead waiters, dropped by one script: bounded work.
 local SEMAPHORE_PRUNE = 32
@@ -94,12 +96,15 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_
     return last
 end
 
--- Admit as many live queued waiters, first come first served, as there are free slots, for
--- ``window_ms`` (at most their TTL): each is made a holder here and told so in one message
--- on its process's channel ("<member>#<holder id>"). Waiters whose lease ran out are dropped
--- on the way (at most SEMAPHORE_PRUNE). Returns how many were admitted.
+-- Admit as many live queued waiters, first come first served, as there are free slots: each
+-- is made a holder here and woken on its process's channel. One that asked a moment ago (its
+-- lease has more than ``fresh_ms`` left) and whose process hears the message (it is alive)
+-- gets its full TTL, with the grant in the message ("<member>#<holder id>|<ticket>|<ttl ms>|
+-- <granted at ms>"); any other gets ``window_ms`` (at most its TTL) to confirm its slot
+-- ("<member>#<holder id>"). Waiters whose lease ran out are dropped on the way (at most
+-- SEMAPHORE_PRUNE). Returns how many were admitted.
 local function semaphore_admit(holders_key, queue_key, leases_key, info_key, member, now_ms,
-                               window_ms)
+                               window_ms, fresh_ms)
     if redis.call('EXISTS', queue_key) == 0 then
         return 0
     end
@@ -112,21 +117,29 @@ local function semaphore_admit(holders_key, queue_key, leases_key, info_key, mem
             break
         end
         local token = first[1]
-        local lease = redis.call('ZSCORE', leases_key, token)
+        local lease = tonumber(redis.call('ZSCORE', leases_key, token) or '0')
         local record = redis.call('HGET', info_key, 'w:' .. token)
         redis.call('ZREM', queue_key, token)
         redis.call('ZREM', leases_key, token)
         redis.call('HDEL', info_key, 'w:' .. token)
-        if lease and record and tonumber(lease) > now_ms then
+        if record and lease > now_ms then
             local ttl, channel, meta = string.match(record, '^(%d+) (%S+) (.*)$')
+            ttl = tonumber(ttl)
             local ticket = string.format('%.0f', tonumber(first[2]))
-            redis.call('ZADD', holders_key, now_ms + math.min(tonumber(ttl), window_ms), token)
+            local wake = member .. '#' .. string.sub(redis.sha1hex(token), 1, 16)
+            local kept = math.min(ttl, window_ms)
+            if channel ~= '-' and lease - now_ms > fresh_ms then
+                local told = wake .. '|' .. ticket .. '|' .. ttl .. '|'
+                    .. string.format('%.0f', now_ms)
+                if redis.call('PUBLISH', channel, told) > 0 then
+                    kept = ttl
+                end
+            elseif channel ~= '-' then
+                redis.call('PUBLISH', channel, wake)
+            end
+            redis.call('ZADD', holders_key, now_ms + kept, token)
             redis.call('HSET', info_key, 'h:' .. token,
                 string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. meta)
-            if channel ~= '-' then
-                redis.call('PUBLISH', channel,
-                    member .. '#' .. string.sub(redis.sha1hex(token), 1, 16))
-            end
             admitted = admitted + 1
         else
             dead = dead + 1
