@@ -11,7 +11,9 @@ Pass rule: no two logged holds overlap; every pause in service (the time between
 and the next grant) lasts at most a confirmation window per waiter killed in the 3 s before
 it (their places were still leased, so each may have been handed the lock in turn), plus
 ``SLACK``: with one dead waiter, about a second, where it used to be the 10 s TTL. (The
-killer is far busier than real life: a kill every 1.25 s on average.)
+killer is far busier than real life: a kill every 1.25 s on average.) A process killed just
+after it became the holder (the lock changes hands every few ms) is a killed holder: its lock
+comes back after its TTL, as it should, and that pause is reported apart.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def test_waiters_killed_in_the_queue_stall_the_lock_for_about_a_second_not_the_t
         spawn()
     backend = Backend(redis_client, namespace=namespace)
     kills: list[tuple[int, float]] = []
+    holders_killed: list[float] = []
     started = time.monotonic()
     while len(kills) < KILLS and time.monotonic() - started < SECONDS:
         time.sleep(rng.uniform(0.5, 2.0))  # a random pause between two kills
@@ -97,6 +100,11 @@ def test_waiters_killed_in_the_queue_stall_the_lock_for_about_a_second_not_the_t
             os.kill(victim, signal.SIGKILL)
             alive.pop(victim).wait(timeout=10)
         kills.append((victim, time.monotonic()))
+        after = get_lock("baton", client=backend)
+        if after is not None and after.pid == victim:
+            # It was handed the lock (alive) just before the kill: a holder killed, which
+            # keeps the lock to its TTL like any other (its log may not show it yet).
+            holders_killed.append(time.monotonic())
         spawn()
     stop_file.touch()
     with mutex:
@@ -130,11 +138,14 @@ def test_waiters_killed_in_the_queue_stall_the_lock_for_about_a_second_not_the_t
     ]
     kill_times = [at for _, at in kills]
     stalls = []  # (pause, waiters killed in the lease before it)
+    holder_stalls = []  # pauses during which a process that had just become the holder died
     for begin, end in pauses:
-        if end - begin >= LONG:
+        if any(begin <= at <= end for at in holders_killed):
+            holder_stalls.append(round(end - begin, 3))
+        elif end - begin >= LONG:
             dead = sum(1 for at in kill_times if begin - WAITER_LEASE_SECONDS <= at <= end)
             stalls.append((round(end - begin, 3), dead))
-    longest = max(end - begin for begin, end in pauses)
+    longest = max([stall for stall, _ in stalls] or [0.0])
     overlaps = overlapping_pairs(intervals)
     figures.update(
         ttl_s=TTL,
@@ -142,10 +153,12 @@ def test_waiters_killed_in_the_queue_stall_the_lock_for_about_a_second_not_the_t
         seconds=round(elapsed, 1),
         kills=len(kills),
         killed_while_holding=killed_holding,
+        killed_just_after_becoming_the_holder=len(holders_killed),
+        stalls_from_killed_holders_s=holder_stalls,
         holds=len(intervals),
         window_s=WINDOW,
         stalls_s_and_dead_waiters=stalls,
-        longest_pause_s=round(longest, 3),
+        longest_stall_from_dead_waiters_s=round(longest, 3),
         median_pause_ms=round(sorted(e - b for b, e in pauses)[len(pauses) // 2] * 1000, 3),
         overlapping_intervals=len(overlaps),
     )
@@ -154,3 +167,4 @@ def test_waiters_killed_in_the_queue_stall_the_lock_for_about_a_second_not_the_t
     for stall, dead in stalls:
         assert stall <= dead * WINDOW + SLACK, f"a {stall} s stall with {dead} dead waiters"
     assert longest < TTL * 0.8
+    assert all(stall <= TTL + SLACK for stall in holder_stalls)
