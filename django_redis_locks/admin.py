@@ -21,6 +21,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 
 from .core.errors import InvalidArgument, InvalidArgumentType, LockBackendError
 from .core.holder import check_holder_id
@@ -50,7 +51,10 @@ class LiveLockAdmin(_ModelAdmin):
     """Lists live locks and semaphores from Redis; force-releases one hold at a time."""
 
     list_per_page = 50
+    #: How often the list page refreshes its rows by itself (seconds).
+    refresh_seconds = 3
     list_template = "admin/django_redis_locks/livelock/live_list.html"
+    rows_template = "admin/django_redis_locks/livelock/live_rows.html"
     release_template = "admin/django_redis_locks/livelock/force_release.html"
 
     # -- permissions ---------------------------------------------------------------------
@@ -113,7 +117,11 @@ class LiveLockAdmin(_ModelAdmin):
 
     # -- the list ------------------------------------------------------------------------
     def live_view(self, request: HttpRequest) -> HttpResponse:
-        """One page of live locks or semaphores; ``?kind=``, ``?q=`` (name prefix), ``?cursor=``."""
+        """One page of live locks or semaphores; ``?kind=``, ``?q=`` (name prefix), ``?cursor=``.
+
+        With ``?rows=1`` only the rows (and their footer), which the page's script fetches
+        every ``refresh_seconds`` to stay live.
+        """
         if not self.has_view_permission(request):
             raise PermissionDenied
         kind = request.GET.get("kind", "lock")
@@ -129,9 +137,10 @@ class LiveLockAdmin(_ModelAdmin):
         except (InvalidArgument, InvalidArgumentType) as exc:
             error = f"Cannot list {KINDS[kind].lower()}: {exc}"
         except LockBackendError as exc:
-            error = f"Redis could not be reached: {exc}"
-        if error is not None:
-            messages.error(request, error)
+            error = (
+                f"Redis could not be reached, so the live {KINDS[kind].lower()} cannot be "
+                f"shown (this page tries again every {self.refresh_seconds} s): {exc}"
+            )
         can_release = self.has_force_release_permission(request)
         rows = (
             [self._lock_row(hold, can_release) for hold in page.items]
@@ -160,7 +169,17 @@ class LiveLockAdmin(_ModelAdmin):
             "first_url": self._url("changelist", kind=kind, q=query) if cursor else None,
             "can_release": can_release,
             "redis_error": error,
+            "read_at": timezone.now(),
+            "refresh_seconds": self.refresh_seconds,
+            "refresh_url": self._url(
+                "changelist", kind=kind, q=query, cursor=cursor or "", rows="1"
+            ),
         }
+        if request.GET.get("rows") == "1":
+            response = TemplateResponse(request, self.rows_template, context)
+            response["X-DRL-Rows"] = "1"  # the script replaces the rows with this only
+            response["Cache-Control"] = "no-store"
+            return response
         return TemplateResponse(request, self.list_template, context)
 
     def _holder(self, hold: HolderInfo, can_release: bool) -> dict[str, Any]:

@@ -21,8 +21,9 @@ class HolderInfo:
     """One hold of a lock or of a semaphore slot, as Redis had it when it was read.
 
     ``holder_id`` names the hold without revealing its token (pass it to ``force_release``).
-    ``host``, ``pid``, ``thread``, ``task`` and ``label`` come from ``metadata``, which holds
-    everything the holder recorded. Times are the Redis server's, in UTC.
+    ``host``, ``pid``, ``thread``, ``task``, ``greenlet`` and ``label`` come from
+    ``metadata``, which holds everything the holder recorded. Times are the Redis server's,
+    in UTC.
     ``fence`` is the lock's fencing number; ``ticket`` the semaphore holder's place in arrival
     order. Records compare by value and hash by (kind, name, holder id).
     """
@@ -56,6 +57,10 @@ class HolderInfo:
     @property
     def task(self) -> str | None:
         return _str_or_none(self.metadata.get("task"))
+
+    @property
+    def greenlet(self) -> str | None:
+        return _str_or_none(self.metadata.get("greenlet"))
 
     @property
     def label(self) -> str | None:

@@ -2,14 +2,12 @@
 
 An operator logs in, sees a lock held by another process, force-releases it through the
 confirmation page and sees it gone; the holder process learns it lost the lock. Screenshots
-of each step are saved to ``$DRL_ARTIFACTS`` (default ``test-artifacts/``) for CI to keep.
+of each step are saved to ``$DRL_ARTIFACTS/admin/django-<version>/`` for CI to keep.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,9 +17,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+from tests.django.browser import CHROMIUM, PASSWORD, chromium, log_in, shoot
+
 ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("DRL_ARTIFACTS", ROOT / "test-artifacts"))
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -37,29 +35,13 @@ def operator(settings, namespace: str) -> User:
     """A superuser, made before the browser starts (Playwright runs an event loop, and
     Django refuses database calls from a thread with a running loop)."""
     settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "NAMESPACE": namespace}
-    return User.objects.create_superuser("operator", "operator@example.com", "a-long-password")
+    return User.objects.create_superuser("operator", "operator@example.com", PASSWORD)
 
 
 @pytest.fixture
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
+def browser(operator: User) -> Iterator[Any]:
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -96,34 +78,26 @@ def holder(redis_server, namespace: str) -> Iterator[subprocess.Popen[str]]:
             stream.close()
 
 
-def shoot(page: Any, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"admin-{name}.png"), full_page=True)
-
-
 @pytest.mark.urls("tests.django.admin_urls")
 def test_operator_force_releases_a_lock_held_by_another_process(
     operator, live_server, holder, browser
 ) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 720})
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "a-long-password")
-    page.click("input[type=submit]")
+    log_in(page, live_server.url)
     page.click("text=Live locks and semaphores")
     row = page.locator('tr[data-name="nightly-report"]')
     row.wait_for()
     assert f"pid {holder.held['pid']}" in row.inner_text()
     assert holder.held["holder_id"] in row.inner_text()
-    shoot(page, "1-list")
+    shoot(page, "release-1-list")
     row.locator("text=Release").click()
     page.wait_for_selector("text=Are you sure you want to force-release the lock")
-    shoot(page, "2-confirm")
+    shoot(page, "release-2-confirm")
     page.click("input[value='Yes, release it']")
     page.wait_for_selector("ul.messagelist li.success")
     assert "Released the lock 'nightly-report'" in page.inner_text("ul.messagelist")
     assert page.locator('tr[data-name="nightly-report"]').count() == 0
-    shoot(page, "3-released")
+    shoot(page, "release-3-released")
     # The holder process finds out at its next renewal.
     assert holder.stdout is not None
     line = json.loads(holder.stdout.readline())
