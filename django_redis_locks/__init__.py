@@ -31,17 +31,19 @@ from .core.backend import set_default_resolver
 
 if TYPE_CHECKING:  # for type checkers only: at run time these load on first use
     from .commands import SemaphoreCommandMixin
-    from .decorators import redis_lock
+    from .decorators import SKIPPED, redis_lock
 
 __version__ = "0.1.0.dev0"
 
 # Names of the Django layer, imported on first use (PEP 562) so the core stays Django-free.
 _DJANGO_NAMES = {
+    "SKIPPED": "django_redis_locks.decorators",
     "redis_lock": "django_redis_locks.decorators",
     "SemaphoreCommandMixin": "django_redis_locks.commands",
 }
 
 __all__ = [
+    "SKIPPED",
     "Backend",
     "HolderInfo",
     "InvalidArgument",

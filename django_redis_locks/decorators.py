@@ -27,35 +27,128 @@ import logging
 import math
 import string
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, cast
+from collections.abc import Callable, Coroutine, Mapping
+from datetime import timedelta
+from typing import Any, Final, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 from urllib.parse import quote
 
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.utils.functional import SimpleLazyObject, empty
 
 from .conf import get_config
 from .core.errors import (
     InvalidArgument,
     InvalidArgumentType,
     LockBackendError,
+    LockConfigurationError,
     LockNotAcquired,
     LockNotReplicated,
 )
 from .core.lock import Lock, Replicas, _check_replicas
-from .core.validation import check_bool, check_name, check_ttl, check_wait
+from .core.validation import MAX_NAME_BYTES, check_bool, check_name, check_ttl, check_wait
 
-__all__ = ["redis_lock"]
+__all__ = ["SKIPPED", "redis_lock"]
 
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
-OnContention = Literal["raise", "skip"] | Callable[..., Any]
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
+S_co = TypeVar("S_co", covariant=True)
+OnContention = Literal["raise", "skip", "retry"] | Callable[..., Any]
 OnRedisError = Literal["fail_closed", "fail_open"]
 
+#: A ``skip_result`` for tasks: a plain string (task results must serialise as JSON) that no
+#: real run returns, so ``result == SKIPPED`` tells a run skipped for the lock from one that ran.
+SKIPPED: Final = "django_redis_locks:skipped"
 #: Longest encoded value kept as is in a name; longer ones become a digest.
 MAX_VALUE_CHARS = 64
+#: A name longer than MAX_NAME_BYTES keeps this many bytes, then "~" and a digest of all of it.
+_DIGEST_CHARS = 40
 _SAFE = "-._@+=,!"  # left as is by the encoding; everything else is %XX (also "~", which
 # marks a digest: no encoded value can pass for the digest of another)
+
+
+class _Keeping(Protocol):
+    """A decorator whose calls return what the function returns (``"raise"``)."""
+
+    def __call__(self, func: F, /) -> F: ...
+
+
+class _Skipping(Protocol, Generic[S_co]):
+    """A decorator whose calls may not run the function, and then return ``S_co``."""
+
+    @overload
+    def __call__(
+        self, func: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> Callable[P, Coroutine[Any, Any, R | S_co]]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> Callable[P, R | S_co]: ...
+
+
+@overload
+def redis_lock(
+    key: str | Callable[..., str],
+    *,
+    timeout: float | None = None,
+    blocking: bool = False,
+    blocking_timeout: float | None = None,
+    on_contention: Literal["raise"] = "raise",
+    auto_renew: bool = True,
+    using: str | None = None,
+    wait_for_replicas: Replicas | None = None,
+    on_redis_error: OnRedisError | None = None,
+) -> _Keeping: ...
+
+
+@overload
+def redis_lock(
+    key: str | Callable[..., str],
+    *,
+    timeout: float | None = None,
+    blocking: bool = False,
+    blocking_timeout: float | None = None,
+    on_contention: Literal["skip", "retry"],
+    skip_result: None = None,
+    auto_renew: bool = True,
+    using: str | None = None,
+    wait_for_replicas: Replicas | None = None,
+    on_redis_error: OnRedisError | None = None,
+) -> _Skipping[None]: ...
+
+
+@overload
+def redis_lock(
+    key: str | Callable[..., str],
+    *,
+    timeout: float | None = None,
+    blocking: bool = False,
+    blocking_timeout: float | None = None,
+    on_contention: Literal["skip", "retry"],
+    skip_result: S,
+    auto_renew: bool = True,
+    using: str | None = None,
+    wait_for_replicas: Replicas | None = None,
+    on_redis_error: OnRedisError | None = None,
+) -> _Skipping[S]: ...
+
+
+@overload
+def redis_lock(
+    key: str | Callable[..., str],
+    *,
+    timeout: float | None = None,
+    blocking: bool = False,
+    blocking_timeout: float | None = None,
+    on_contention: Callable[..., Any],
+    auto_renew: bool = True,
+    using: str | None = None,
+    wait_for_replicas: Replicas | None = None,
+    on_redis_error: OnRedisError | None = None,
+) -> _Skipping[Any]: ...
 
 
 def redis_lock(
@@ -65,22 +158,27 @@ def redis_lock(
     blocking: bool = False,
     blocking_timeout: float | None = None,
     on_contention: OnContention = "raise",
+    skip_result: Any = None,
     auto_renew: bool = True,
     using: str | None = None,
     wait_for_replicas: Replicas | None = None,
     on_redis_error: OnRedisError | None = None,
-) -> Callable[[F], F]:
+) -> Any:
     """Decorate a function so that each call runs holding the lock named by ``key``.
 
     ``timeout`` is the lock's TTL (default: the ``DEFAULT_TIMEOUT`` setting); with
     ``auto_renew`` (the default) it is renewed while the call runs, so it only bounds how long
     a crashed caller blocks the name. ``blocking`` waits for the lock (up to
-    ``blocking_timeout`` seconds) instead of giving up at once. ``on_redis_error`` overrides
-    the ``ON_REDIS_ERROR`` setting. The other arguments are those of :class:`Lock`.
+    ``blocking_timeout`` seconds) instead of giving up at once. ``on_contention`` says what a
+    call that cannot have the lock does: ``"raise"`` LockNotAcquired, ``"skip"`` return
+    ``skip_result`` without running, ``"retry"`` run again later (a Celery task: its
+    ``retry()``; a Django task with ``takes_context=True``: enqueued again; then it returns
+    ``skip_result``), or a callable. ``on_redis_error`` overrides the ``ON_REDIS_ERROR``
+    setting. The other arguments are those of :class:`Lock`.
 
     Raises TypeError / ValueError (InvalidArgumentType / InvalidArgument) at decoration time
-    for bad arguments, a template field that names no parameter, or a task object (put
-    ``@task`` / ``@shared_task`` above ``@redis_lock``).
+    for bad arguments, a template field that names no parameter, a generator function, or a
+    task object (put ``@task`` / ``@shared_task`` above ``@redis_lock``).
     """
     if isinstance(key, str):
         if not key:
@@ -97,35 +195,48 @@ def redis_lock(
     }
     if using is not None and not isinstance(using, str):
         raise InvalidArgumentType("using", f"must be a str or None, not {type(using).__name__}")
-    if not (on_contention in ("raise", "skip") or callable(on_contention)):
+    if not (on_contention in ("raise", "skip", "retry") or callable(on_contention)):
         raise InvalidArgument(
-            "on_contention", f"must be 'raise', 'skip' or a callable, not {on_contention!r}"
+            "on_contention",
+            f"must be 'raise', 'skip', 'retry' or a callable, not {on_contention!r}",
+        )
+    if skip_result is not None and on_contention not in ("skip", "retry"):
+        raise InvalidArgument(
+            "skip_result", "is what a skipped call returns: it needs on_contention='skip'"
         )
     if on_redis_error not in (None, "fail_closed", "fail_open"):
         raise InvalidArgument(
             "on_redis_error", f"must be 'fail_closed', 'fail_open' or None, not {on_redis_error!r}"
         )
 
-    def decorate(func: F) -> F:
+    def decorate(func: Any) -> Any:
         _refuse_task_objects(func)
         if not callable(func):
             raise InvalidArgumentType("func", f"@redis_lock decorates callables, not {func!r}")
+        _refuse_generators(func)
         signature = _signature(func)
         namer = _Namer(key, signature, func)
-        guard = _Guard(func, namer, options, on_contention, on_redis_error)
+        guard = _Guard(
+            func,
+            namer,
+            options,
+            on_contention,
+            skip_result=skip_result,
+            on_redis_error=on_redis_error,
+        )
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 return await guard.acall(args, kwargs)
 
-            return cast(F, async_wrapper)
+            return async_wrapper
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             return guard.call(args, kwargs)
 
-        return cast(F, wrapper)
+        return wrapper
 
     return decorate
 
@@ -147,6 +258,17 @@ class _EncodingFormatter(string.Formatter):
 
 
 _FORMATTER = _EncodingFormatter()
+
+
+def bounded_name(name: str) -> str:
+    """``name`` if it fits MAX_NAME_BYTES; else its first bytes, "~" and a digest of all of it:
+    the same name always gives the same result, and distinct names distinct results."""
+    encoded = name.encode("utf-8", "surrogatepass")
+    if len(encoded) <= MAX_NAME_BYTES:
+        return name
+    keep = MAX_NAME_BYTES - 1 - _DIGEST_CHARS
+    head = encoded[:keep].decode("utf-8", "ignore")  # (cut between characters)
+    return f"{head}~{hashlib.sha256(encoded).hexdigest()[:_DIGEST_CHARS]}"
 
 
 def _signature(func: Callable[..., Any]) -> inspect.Signature:
@@ -172,6 +294,9 @@ class _Namer:
             ),
             None,
         )
+        #: Whether naming may read ``request.user``: an async view then loads the user the
+        #: async way first (a callable key may read anything).
+        self.reads_user = not isinstance(key, str)
         if isinstance(key, str):
             self._check_template(key, func)
 
@@ -180,6 +305,7 @@ class _Namer:
             fields = [field for _, field, _, _ in _FORMATTER.parse(template) if field is not None]
         except ValueError as exc:
             raise InvalidArgument("key", f"is not a valid template: {exc}") from None
+        self.reads_user = any(".user" in field for field in fields)
         for field in fields:
             root = field.split(".", 1)[0].split("[", 1)[0]
             if not root or root.isdigit():
@@ -192,8 +318,8 @@ class _Namer:
 
     def name(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         if not isinstance(self.key, str):
-            name = self.key(*args, **kwargs)
-            return check_name(name, "key")
+            name: object = self.key(*args, **kwargs)
+            return check_name(bounded_name(name) if isinstance(name, str) else name, "key")
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError:
@@ -206,7 +332,7 @@ class _Namer:
             name = _FORMATTER.vformat(self.key, (), values)
         except (KeyError, AttributeError, IndexError, TypeError) as exc:
             raise InvalidArgument("key", f"template {self.key!r} failed: {exc!r}") from exc
-        return check_name(name, "key")
+        return check_name(bounded_name(name), "key")
 
 
 class _Unbindable(Exception):
@@ -223,12 +349,15 @@ class _Guard:
         namer: _Namer,
         options: dict[str, Any],
         on_contention: OnContention,
+        *,
+        skip_result: Any,
         on_redis_error: OnRedisError | None,
     ) -> None:
         self.func = func
         self.namer = namer
         self.options = options
         self.on_contention = on_contention
+        self.skip_result = skip_result
         self.on_redis_error = on_redis_error
         self.label = _label(func)
 
@@ -263,6 +392,8 @@ class _Guard:
         return result
 
     async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.namer.reads_user:
+            await _load_user(_request_of(args))
         lock = self._lock(args, kwargs)
         if lock is None:
             return await self.func(*args, **kwargs)
@@ -334,19 +465,85 @@ class _Guard:
     def _contended(
         self, error: LockNotAcquired, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        logger.info("acquire: lock %r for %s is taken", lock.name, self.label)
+        logger.info("acquire: lock %r for %s is taken: already running", lock.name, self.label)
         if callable(self.on_contention):
             return self.on_contention(error, *args, **kwargs)
+        retry_after = retry_after_seconds(error)
         if _request_of(args) is not None:
-            retry_after = max(1, math.ceil(error.retry_after or 1))
             return _response(
                 get_config().view_contention_status,
                 "This resource is busy: another request holds its lock. Please retry later.",
                 retry_after=retry_after,
             )
         if self.on_contention == "skip":
-            return None
+            return self.skip_result
+        if self.on_contention == "retry":
+            return self._retry_later(error, lock, retry_after, args, kwargs)
         raise error
+
+    def _retry_later(
+        self,
+        error: LockNotAcquired,
+        lock: Lock,
+        retry_after: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Run the task again in ``retry_after`` seconds: Celery's ``retry()`` (it raises),
+        or a Django task enqueued again (then this run returns ``skip_result``)."""
+        context = args[0] if args else None
+        django_task = getattr(getattr(context, "task_result", None), "task", None)
+        if django_task is not None:  # a Django task with takes_context=True
+            run_after = timezone.now() + timedelta(seconds=retry_after)
+            django_task.using(run_after=run_after).enqueue(*args[1:], **kwargs)
+            logger.info(
+                "acquire: lock %r for %s is taken: enqueued again to run in %s s",
+                lock.name,
+                self.label,
+                retry_after,
+            )
+            return self.skip_result
+        celery_task = _current_celery_task(args)
+        if celery_task is not None:
+            raise celery_task.retry(countdown=retry_after, exc=error)
+        raise LockConfigurationError(
+            f"{self.label}: on_contention='retry' runs a task again later, but this call is "
+            "neither a Celery task nor a Django task with takes_context=True"
+        ) from error
+
+
+def retry_after_seconds(error: LockNotAcquired) -> int:
+    """Whole seconds worth waiting before trying again: at least 1."""
+    return max(1, math.ceil(error.retry_after or 1))
+
+
+def _current_celery_task(args: tuple[Any, ...]) -> Any:
+    """The Celery task this call runs in (a bound task's ``self``, or Celery's current
+    task), or None outside a Celery worker."""
+    celery_task_module = sys.modules.get("celery.app.task")
+    task_class = getattr(celery_task_module, "Task", None)
+    if task_class is None:
+        return None
+    if args and isinstance(args[0], task_class) and args[0].request.id:
+        return args[0]
+    from celery import current_task  # a proxy: false when no task runs
+
+    if current_task and current_task.request.id:
+        return current_task
+    return None
+
+
+async def _load_user(request: HttpRequest | None) -> None:
+    """Load ``request.user`` the async way (``request.auser()``) if it is still lazy, so that
+    naming the lock from it does not run a database query inside the event loop."""
+    user = getattr(request, "user", None)
+    if request is None or not isinstance(user, SimpleLazyObject):
+        return
+    if user._wrapped is not empty:
+        return
+    auser = getattr(request, "auser", None)
+    if auser is not None:
+        request.user = await auser()
 
 
 def _response(status: int, text: str, *, retry_after: int) -> HttpResponse:
@@ -373,6 +570,19 @@ def _label(func: Any) -> str:
     module = getattr(func, "__module__", None) or "?"
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
     return f"{module}.{name}"
+
+
+def _refuse_generators(func: Any) -> None:
+    """A generator function returns at once: the lock would be released before its body
+    runs. Refused, with the way to do it."""
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        raise InvalidArgumentType(
+            "func",
+            f"@redis_lock cannot guard the generator function {_label(func)}: calling it "
+            "returns a generator at once, before its body runs, so the lock would be released "
+            "before the work. Take the lock inside it instead:\n\n"
+            '    def items(...):\n        with Lock("name"):\n            yield ...',
+        )
 
 
 def _refuse_task_objects(func: Any) -> None:

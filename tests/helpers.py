@@ -33,11 +33,11 @@ def is_held(client: Any, key: str | bytes) -> bool:
 
 
 def only_recent_releases(client: Any, key: str | bytes) -> bool:
-    """Whether the hash at ``key`` keeps nothing but the record of recent releases: what a
-    semaphore leaves after its last holder released, for a while, so that a resent release
-    is recognised."""
+    """Whether the hash at ``key`` keeps nothing but the record of recent releases (and how
+    long holds last): what a semaphore leaves after its last holder released, for a while, so
+    that a resent release is recognised."""
     fields = {f.decode() if isinstance(f, bytes) else f for f in client.hkeys(key)}
-    return fields == {"gone"}
+    return bool(fields) and fields <= {"gone", "avg"}
 
 
 @dataclass

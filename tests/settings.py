@@ -42,6 +42,18 @@ TEMPLATES = [
     }
 ]
 STATIC_URL = "/static/"
+# Django's task framework (django.tasks from Django 6.0, the django-tasks backport before):
+# tasks run at once by default; "deferred" keeps what is enqueued (it supports run_after).
+try:
+    import django.tasks  # noqa: F401
+
+    TASKS_MODULE = "django.tasks"
+except ImportError:
+    TASKS_MODULE = "django_tasks"
+TASKS = {
+    "default": {"BACKEND": f"{TASKS_MODULE}.backends.immediate.ImmediateBackend"},
+    "deferred": {"BACKEND": f"{TASKS_MODULE}.backends.dummy.DummyBackend"},
+}
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 
 # Which cache backend carries the locks in this run: "django_redis" or "django" (built-in).

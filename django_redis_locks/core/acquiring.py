@@ -149,8 +149,8 @@ def acquire_steps(
                 if queued:
                     yield from _leave_queue(primitive, request)
                 logger.debug("acquire: %s %r is taken", primitive.kind, primitive.name)
-                primitive._contended(holder_left)
-                return Outcome(False, holder_left)
+                primitive._contended(result.retry_after)
+                return Outcome(False, result.retry_after)
             if waiter is None:
                 # Register before the next attempt, so no release can slip in between.
                 waiter = yield Listen(wake_key, min(remaining or 1.0, 1.0))

@@ -55,7 +55,9 @@ class LockBackendError(LockError):
 class LockNotAcquired(LockError):
     """The lock (or semaphore slot) could not be had: it is held elsewhere and waiting ended.
 
-    ``retry_after`` is the holder's remaining time to live in seconds, when known.
+    ``retry_after`` is how many seconds until the name is likely free, when known: estimated
+    from how long recent holds of the name lasted, never more than the holder's remaining
+    time to live (which it is when nothing is known yet).
     """
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:

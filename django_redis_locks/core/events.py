@@ -26,8 +26,8 @@ class Event:
 
     ``holder_id`` is None for ``contended`` (the caller got no hold); ``fence`` is the lock's
     fencing number or the semaphore holder's ticket; ``reason`` says why a hold was lost;
-    ``retry_after`` is the holder's remaining TTL on contention; ``by`` names who forced a
-    release.
+    ``retry_after`` is the estimated wait on contention (see LockNotAcquired); ``by`` names
+    who forced a release.
     """
 
     event: EventType

@@ -156,7 +156,7 @@ class Lock(Primitive[LockKeys]):
     def _not_acquired(self, outcome: Outcome) -> LockNotAcquired:
         detail = ""
         if outcome.retry_after is not None:
-            detail = f"; the holder's TTL has {outcome.retry_after:.3f} s left"
+            detail = f"; likely free in {outcome.retry_after:.3f} s"
         return LockNotAcquired(
             f"lock {self.name!r} is held by someone else{detail}",
             retry_after=outcome.retry_after,

@@ -87,7 +87,10 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended:
     if int(reply[0]) == 1:
         return decode_acquired(reply)
     return Contended(
-        holder_ttl_ms=int(reply[1]), position=int(reply[2]), server_now_ms=int(reply[3])
+        holder_ttl_ms=int(reply[1]),
+        position=int(reply[2]),
+        server_now_ms=int(reply[3]),
+        estimate_ms=int(reply[4]),
     )
 
 

@@ -49,11 +49,20 @@ class Acquired:
 
 @dataclass(frozen=True, slots=True)
 class Contended:
-    """No grant. ``holder_ttl_ms``: until the (first) holder expires (-1: no expiry known)."""
+    """No grant. ``holder_ttl_ms``: until the (first) holder expires (-1: no expiry known);
+    ``estimate_ms``: until the name is likely free (at most ``holder_ttl_ms``), from the
+    lengths of recent holds."""
 
     holder_ttl_ms: int
     position: int = 0  # 1-based place in the queue (0: not queued)
     server_now_ms: int | None = None
+    estimate_ms: int = -1
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds worth waiting before trying again (None: unknown)."""
+        ms = self.estimate_ms if self.estimate_ms >= 0 else self.holder_ttl_ms
+        return ms / 1000 if ms >= 0 else None
 
 
 def decode_acquired(reply: Sequence[Any]) -> Acquired:

@@ -147,7 +147,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
     def _not_acquired(self, outcome: Outcome) -> LockNotAcquired:
         detail = ""
         if outcome.retry_after is not None:
-            detail = f"; the first holder's TTL has {outcome.retry_after:.3f} s left"
+            detail = f"; a slot is likely free in {outcome.retry_after:.3f} s"
         return SemaphoreFull(
             f"semaphore {self.name!r} has all {self.limit} slots taken{detail}",
             retry_after=outcome.retry_after,

@@ -81,7 +81,10 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | LimitMismatch
         return decode_acquired(reply)
     if code == 0:
         return Contended(
-            holder_ttl_ms=int(reply[1]), position=int(reply[2]), server_now_ms=int(reply[3])
+            holder_ttl_ms=int(reply[1]),
+            position=int(reply[2]),
+            server_now_ms=int(reply[3]),
+            estimate_ms=int(reply[4]),
         )
     return LimitMismatch(stored_limit=int(reply[1]))
 

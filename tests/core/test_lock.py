@@ -152,8 +152,9 @@ def test_context_manager(backend: Backend) -> None:
     with lock:
         with pytest.raises(LockNotAcquired) as info, other:
             pytest.fail("entered a held lock")
+        # Estimated from the one earlier hold (a moment long), at most the holder's TTL.
         assert info.value.retry_after is not None
-        assert 4.0 < info.value.retry_after <= 5.0
+        assert 0.0 < info.value.retry_after <= 5.0
 
 
 def test_context_manager_raises_lock_lost_when_the_hold_was_lost(

@@ -12,11 +12,14 @@ from typing import Any
 from celery import Celery, shared_task
 
 from django_redis_locks import redis_lock
+from django_redis_locks.decorators import SKIPPED
 
 try:
-    from django.tasks import task
+    from django.tasks import TaskContext, task
 except ImportError:  # Django < 6.0
-    from django_tasks import task  # type: ignore[no-redef]
+    from django_tasks import TaskContext, task  # type: ignore[no-redef,assignment]
+
+__all__ = ["TaskContext", "celery_app", "runs"]
 
 runs: list[str] = []
 
@@ -49,4 +52,18 @@ def celery_rebuild(index: str) -> str:
 @redis_lock("celery-bound:{index}", timeout=10)
 def celery_bound(self: Any, index: str) -> str:
     runs.append(f"celery-bound {index} {self.name}")
+    return f"rebuilt {index}"
+
+
+@task(takes_context=True, backend="deferred")
+@redis_lock("report:{day}", timeout=10, on_contention="retry", skip_result=SKIPPED)
+def daily_report(context: Any, day: str) -> str:  # a TaskContext
+    runs.append(f"report {day} attempt {context.attempt}")
+    return f"report {day}"
+
+
+@shared_task(bind=True, max_retries=3)
+@redis_lock("celery-retry:{index}", timeout=10, on_contention="retry")
+def celery_retrying(self: Any, index: str) -> str:
+    runs.append(f"celery-retry {index}")
     return f"rebuilt {index}"

@@ -94,6 +94,59 @@ class AsyncItemView(View):
         return HttpResponse(f"item {pk}")
 
 
+# The examples of docs/reference.md, sync and async: the lock name each call runs under is
+# recorded (from Redis, during the call) in probe.names.
+def _held_now(prefix: str) -> str:
+    from django_redis_locks.inspect import list_locks
+
+    return ",".join(hold.name for hold in list_locks(prefix).items)
+
+
+@redis_lock("report:{request.user.pk}", blocking=True, blocking_timeout=5)
+async def build_report(request: HttpRequest) -> HttpResponse:  # async view: stays async
+    probe.names.append(_held_now("report:"))
+    return HttpResponse("report")
+
+
+@redis_lock(lambda request: f"export:{request.user.username}")
+async def export(request: HttpRequest) -> HttpResponse:  # a callable key reading the user
+    probe.names.append(_held_now("export:"))
+    return HttpResponse("export")
+
+
+@redis_lock("invoice:{pk}")
+def invoice(request: HttpRequest, pk: int) -> HttpResponse:
+    probe.names.append(_held_now("invoice:"))
+    return HttpResponse("invoice")
+
+
+@redis_lock("invoice:{pk}")
+async def ainvoice(request: HttpRequest, pk: int) -> HttpResponse:
+    probe.names.append(_held_now("invoice:"))
+    return HttpResponse("invoice")
+
+
+@method_decorator(redis_lock("invoice:{pk}"), name="post")
+class InvoiceView(View):  # class-based view: URL kwargs are arguments
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        probe.names.append(_held_now("invoice:"))
+        return HttpResponse("invoice")
+
+
+@method_decorator(redis_lock("invoice:{pk}"), name="post")
+class AsyncInvoiceView(View):
+    async def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        probe.names.append(_held_now("invoice:"))
+        return HttpResponse("invoice")
+
+
+@method_decorator(redis_lock("user-invoice:{request.user.pk}:{pk}"), name="post")
+class AsyncUserInvoiceView(View):
+    async def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        probe.names.append(_held_now("user-invoice:"))
+        return HttpResponse("invoice")
+
+
 def _kwargs_view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
     return HttpResponse(",".join(f"{k}={v}" for k, v in sorted(kwargs.items())))
 
@@ -108,4 +161,11 @@ urlpatterns = [
     path("item/<int:pk>/", ItemView.as_view()),
     path("async-item/<int:pk>/", AsyncItemView.as_view()),
     path("slug/<slug:slug>/", kwargs_view),
+    path("build-report/", build_report),
+    path("export/", export),
+    path("invoice/<int:pk>/", invoice),
+    path("ainvoice/<int:pk>/", ainvoice),
+    path("invoice-view/<int:pk>/", InvoiceView.as_view()),
+    path("ainvoice-view/<int:pk>/", AsyncInvoiceView.as_view()),
+    path("user-invoice/<int:pk>/", AsyncUserInvoiceView.as_view()),
 ]

@@ -112,14 +112,6 @@ def test_bad_options_are_refused_when_decorating(kwargs: dict[str, Any], argumen
     assert getattr(info.value, "argument", None) == argument
 
 
-def test_a_name_that_is_too_long_is_refused_at_call_time() -> None:
-    @redis_lock("x" * 250 + ":{a}:{b}")
-    def job(a: str, b: str) -> None: ...
-
-    with pytest.raises(InvalidArgument, match="key"):
-        job("y" * 60, "z" * 60)
-
-
 # -- plain functions ------------------------------------------------------------------------
 def test_contention_policies_raise_skip_and_callable() -> None:
     ran: list[str] = []

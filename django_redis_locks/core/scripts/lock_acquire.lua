@@ -30,11 +30,13 @@
 --   {1, fence, ttl_ms, now_ms, 1}  already held with this very token: a hand-over to this
 --                                  waiter, now confirmed for the full TTL, or a resent
 --                                  acquire whose first reply was lost; ttl_ms is what is left
---   {0, holder_ttl_ms, position, now_ms}
+--   {0, holder_ttl_ms, position, now_ms, estimate_ms}
 --                                  not acquired: holder_ttl_ms is how long the holder (or a
 --                                  slice's reservation, or a hand-over to an earlier waiter)
 --                                  keeps it, -1 when an earlier waiter was woken to take it;
---                                  position is the 1-based place in the queue (0: not queued)
+--                                  position is the 1-based place in the queue (0: not queued);
+--                                  estimate_ms how long until it is likely free (at most
+--                                  holder_ttl_ms), from the lengths of recent holds
 --
 -- Fairness: blocked waiters are served in arrival order (a release hands the lock to the
 -- first of them), and nobody takes a free lock while an earlier waiter is due, except the
@@ -48,7 +50,7 @@ local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'session', 'slice_end',
-    'reserved')
+    'reserved', 'acquired', 'avg')
 local holder_ttl = -1
 if held[1] then
     holder_ttl = tonumber(held[2]) - now_ms
@@ -104,4 +106,15 @@ if ARGV[6] == 'queue' then
         ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. ARGV[11] .. ' '
         .. ARGV[3])
 end
-return {0, holder_ttl, position, now_ms}
+-- How long until the name is likely free: from how long recent holds lasted (``avg``),
+-- bounded by the holder's TTL; without history, that TTL.
+local estimate = holder_ttl
+if held[8] and held[1] and held[1] ~= token and tonumber(held[2]) > now_ms then
+    local avg = tonumber(held[8])
+    estimate = avg - (now_ms - tonumber(held[7] or now_ms))
+    if estimate <= 0 then  -- it runs longer than usual: about one more hold (>= 1 ms)
+        estimate = math.max(math.min(avg, 1000), 1)
+    end
+    estimate = math.min(estimate, holder_ttl)
+end
+return {0, holder_ttl, position, now_ms, estimate}

@@ -34,7 +34,8 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local forced = ARGV[4] == 'holder'
 
-local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'slice_end', 'told')
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'slice_end', 'told',
+    'acquired', 'avg')
 local holder = held[1]
 local live = holder and tonumber(held[2]) > now_ms
 local hid, match
@@ -63,6 +64,13 @@ if not match then
     return 0
 end
 
+if not forced then  -- how long holds last, for waiters' estimates (a moving average)
+    local lasted = now_ms - tonumber(held[6] or now_ms)
+    if held[7] then
+        lasted = math.floor((tonumber(held[7]) * 3 + lasted) / 4)
+    end
+    redis.call('HSET', KEYS[1], 'avg', string.format('%.0f', lasted))
+end
 local head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
 local slice_left = tonumber(held[4] or '0') - now_ms
 if head and slice_left > 0 and not forced then

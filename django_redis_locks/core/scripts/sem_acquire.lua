@@ -27,9 +27,12 @@
 --                                    a release, now confirmed for the full TTL, or a resent
 --                                    acquire whose first reply was lost; ttl_ms is what is
 --                                    left
---   {0, wait_ms, position, now_ms}   not admitted: wait_ms is the time until the first
+--   {0, wait_ms, position, now_ms, estimate_ms}
+--                                    not admitted: wait_ms is the time until the first
 --                                    holder's TTL runs out (-1: no holder); position is the
---                                    1-based place in the queue (0: not queued)
+--                                    1-based place in the queue (0: not queued);
+--                                    estimate_ms how long until a slot is likely free (at
+--                                    most wait_ms), from the lengths of recent holds
 --   {-1, stored_limit}               the semaphore is in use with another limit: nothing
 --                                    written
 --
@@ -119,4 +122,4 @@ local wait_ms = -1
 if first[2] then
     wait_ms = tonumber(first[2]) - now_ms
 end
-return {0, wait_ms, position, now_ms}
+return {0, wait_ms, position, now_ms, semaphore_estimate(KEYS[1], KEYS[4], now_ms, wait_ms)}

@@ -49,6 +49,9 @@ end
 local outcome = 0
 local expires = token and redis.call('ZSCORE', KEYS[1], token)
 if expires and tonumber(expires) > now_ms then
+    if not forced then  -- how long holds last, for waiters' estimates (a moving average)
+        semaphore_note_hold(KEYS[4], token, now_ms)
+    end
     redis.call('ZREM', KEYS[1], token)
     redis.call('HDEL', KEYS[4], 'h:' .. token)
     if forced then

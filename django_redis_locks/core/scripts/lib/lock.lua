@@ -6,7 +6,8 @@
 --                    lock released during its holder's slice stays kept for that holder's
 --                    session; told: the slice_end the first waiter was told about; xseq: the
 --                    last extend applied to the current hold; gone: recent releases (see
---                    lib/gone). The key outlives the hold by a retention, so that the fence
+--                    lib/gone); avg: how long holds last (ms, a moving average), for
+--                    waiters' estimates. The key outlives the hold by a retention, so that the fence
 --                    and the recent releases outlive it.
 -- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
 -- waiters_key  HASH  token -> "<ttl ms> <handoff 0|1> <session> <slice ms> <wake-up channel>

@@ -8,7 +8,8 @@
 --                    "<acquired_ms> <ticket> <metadata JSON>", w:<token> -> waiter record
 --                    "<ttl_ms> <wake-up channel> <metadata JSON>" (what its grant will be,
 --                    and its process's own channel for the news); gone: recent releases
---                    (see lib/gone), kept a retention after the last holder left
+--                    (see lib/gone) and avg: how long holds last (ms, a moving average), both
+--                    kept a retention after the last holder left
 --
 -- A holder counts while its expiry is in the future: expired holders and waiters are dropped
 -- a bounded number per script, and counts never include them meanwhile.
@@ -44,6 +45,45 @@ local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now
     return #gone + #left
 end
 
+-- Fold how long ``token``'s hold lasted into the moving average ``avg`` of the info hash.
+local function semaphore_note_hold(info_key, token, now_ms)
+    local record = redis.call('HGET', info_key, 'h:' .. token)
+    local acquired = record and tonumber(string.match(record, '^(%d+)'))
+    if not acquired then
+        return
+    end
+    local lasted = now_ms - acquired
+    local avg = redis.call('HGET', info_key, 'avg')
+    if avg then
+        lasted = math.floor((tonumber(avg) * 3 + lasted) / 4)
+    end
+    redis.call('HSET', info_key, 'avg', string.format('%.0f', lasted))
+end
+
+-- How long until a slot is likely free: from how long recent holds lasted, for the first few
+-- holders to expire, bounded by the first holder's TTL ``wait_ms`` (-1: nobody holds).
+local function semaphore_estimate(holders_key, info_key, now_ms, wait_ms)
+    local avg = redis.call('HGET', info_key, 'avg')
+    if not avg or wait_ms < 0 then
+        return wait_ms
+    end
+    avg = tonumber(avg)
+    local best = wait_ms
+    local first = redis.call('ZRANGEBYSCORE', holders_key, '(' .. now_ms, '+inf', 'LIMIT', 0, 8)
+    for _, token in ipairs(first) do
+        local record = redis.call('HGET', info_key, 'h:' .. token) or ''
+        local acquired = tonumber(string.match(record, '^(%d+)') or now_ms)
+        local left = avg - (now_ms - acquired)
+        if left <= 0 then  -- it runs longer than usual: about one more hold (>= 1 ms)
+            left = math.max(math.min(avg, 1000), 1)
+        end
+        if left < best then
+            best = left
+        end
+    end
+    return best
+end
+
 -- How many hold a slot now.
 local function semaphore_count(holders_key, now_ms)
     return redis.call('ZCOUNT', holders_key, '(' .. now_ms, '+inf')
@@ -72,10 +112,10 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_
         last = tonumber(holder[2])
     end
     if last == now_ms and not waiting then
-        local gone = redis.call('HGET', info_key, 'gone')
+        local kept = redis.call('HMGET', info_key, 'gone', 'avg')
         redis.call('DEL', holders_key, info_key)
-        if gone then
-            redis.call('HSET', info_key, 'gone', gone)
+        if kept[1] or kept[2] then
+            redis.call('HSET', info_key, 'gone', kept[1] or '', 'avg', kept[2] or '0')
             redis.call('PEXPIRE', info_key, retention_ms)
         end
         return nil

@@ -1,0 +1,239 @@
+"""@redis_lock as Django developers use it: keys from the user in async views, every key form
+of the reference on sync and async views, generators, long names, Retry-After, tasks that
+retry later, and skipped runs that can be told from successful ones."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from celery.exceptions import Retry
+from django.contrib.auth.models import User
+from django.test import AsyncClient, Client
+from django.utils import timezone
+
+from django_redis_locks import (
+    SKIPPED,
+    InvalidArgumentType,
+    Lock,
+    LockConfigurationError,
+    LockNotAcquired,
+    redis_lock,
+)
+from django_redis_locks.core.validation import MAX_NAME_BYTES
+from django_redis_locks.decorators import bounded_name
+from django_redis_locks.inspect import get_lock
+from tests.django import decorated_tasks, decorated_views
+from tests.django.decorated_tasks import TaskContext
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _namespace(settings: Any, namespace: str) -> Iterator[None]:
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "NAMESPACE": namespace}
+    decorated_views.probe.names.clear()
+    decorated_tasks.runs.clear()
+    yield
+    decorated_views.probe.names.clear()
+    decorated_tasks.runs.clear()
+
+
+# -- item 3: keys from the user in async views ------------------------------------------------
+@pytest.mark.urls("tests.django.decorated_views")
+def test_an_async_view_keyed_by_the_user_runs_under_that_users_lock() -> None:
+    """The reference's example: ``@redis_lock("report:{request.user.pk}")`` on an async
+    view. The lazy user used to be loaded inside the event loop: SynchronousOnlyOperation."""
+    user = User.objects.create_user("ada", password="pw")
+
+    async def scenario() -> list[int]:
+        client = AsyncClient()
+        await sync_to_async(client.force_login)(user)
+        statuses = [(await client.get("/build-report/")).status_code]
+        async with Lock(f"report:{user.pk}", timeout=10):  # blocking=True: it waits...
+            late = asyncio.create_task(client.get("/build-report/"))
+            await asyncio.sleep(0.3)
+            assert not late.done()
+        statuses.append((await late).status_code)  # ...and runs once it is free
+        return statuses
+
+    assert asyncio.run(scenario()) == [200, 200]
+    assert decorated_views.probe.names == [f"report:{user.pk}", f"report:{user.pk}"]
+
+
+@pytest.mark.urls("tests.django.decorated_views")
+@pytest.mark.parametrize(
+    ("method", "url", "name"),
+    [
+        ("get", "/report/", "report:{pk}"),  # sync view, the user's pk
+        ("get", "/build-report/", "report:{pk}"),  # async view, the user's pk
+        ("get", "/export/", "export:ada"),  # async view, a callable key reading the user
+        ("get", "/invoice/7/", "invoice:7"),  # sync view, a URL kwarg
+        ("get", "/ainvoice/7/", "invoice:7"),  # async view, a URL kwarg
+        ("post", "/invoice-view/7/", "invoice:7"),  # class-based view (method_decorator)
+        ("post", "/ainvoice-view/7/", "invoice:7"),  # async class-based view
+        ("post", "/user-invoice/7/", "user-invoice:{pk}:7"),  # async CBV, user and kwarg
+    ],
+)
+def test_every_key_form_of_the_reference_works_on_sync_and_async_views(
+    method: str, url: str, name: str
+) -> None:
+    user = User.objects.create_user("ada", password="pw")
+    client = Client()
+    client.force_login(user)
+    response = getattr(client, method)(url)
+    assert response.status_code == 200, response.content[:300]
+    if "report" in url:  # the sync report view records every report: lock it saw
+        assert decorated_views.probe.names[-1].endswith(f"report:{user.pk}")
+    else:
+        assert decorated_views.probe.names == [name.format(pk=user.pk)]
+
+    async def through_the_async_client() -> int:
+        async_client = AsyncClient()
+        await sync_to_async(async_client.force_login)(user)
+        response = await getattr(async_client, method)(url)
+        return int(response.status_code)
+
+    assert asyncio.run(through_the_async_client()) == 200
+
+
+# -- item 4: decorator edges -----------------------------------------------------------------
+def test_generator_functions_are_refused_when_decorated() -> None:
+    def numbers() -> Iterator[int]:
+        yield 1
+
+    async def anumbers() -> AsyncIterator[int]:
+        yield 1
+
+    for function in (numbers, anumbers):
+        with pytest.raises(InvalidArgumentType, match="generator function") as info:
+            redis_lock("numbers")(function)
+        assert "with Lock(" in str(info.value)
+
+
+def test_a_name_over_256_bytes_is_kept_within_the_limit_deterministically() -> None:
+    ran: list[str] = []
+
+    @redis_lock("x" * 250 + ":{a}:{b}")
+    def job(a: str, b: str) -> None:
+        holds = [get_lock(bounded_name("x" * 250 + f":{a}:{b}"))]
+        ran.append(holds[0].name if holds[0] else "")
+
+    job("y" * 60, "z" * 60)
+    job("y" * 60, "z" * 61)
+    assert len(ran) == 2 and all(ran)
+    first, second = ran
+    assert first != second  # distinct values: distinct names
+    for name in ran:
+        assert len(name.encode("utf-8")) <= MAX_NAME_BYTES
+        assert name.startswith("x" * 200) and "~" in name
+    assert bounded_name("x" * 250 + ":" + "y" * 60 + ":" + "z" * 60) == first  # the same again
+    assert bounded_name("short") == "short"
+    multibyte = bounded_name("é" * 300)  # cut between characters, never inside one
+    assert len(multibyte.encode("utf-8")) <= MAX_NAME_BYTES
+
+
+# -- item 5: Retry-After worth honouring -------------------------------------------------------
+def test_retry_after_estimates_from_recent_holds_not_the_whole_ttl() -> None:
+    """A view that holds 100 ms with a 60 s TTL: the estimate comes from how long the last
+    holds lasted, bounded by the holder's remaining TTL (it used to be that remaining TTL)."""
+    lock = Lock("estimated", timeout=60)
+    for _ in range(3):  # three holds of 100 ms each
+        assert lock.acquire()
+        time.sleep(0.1)
+        lock.release()
+    assert lock.acquire()
+    other = Lock("estimated", timeout=60, blocking=False)
+    with pytest.raises(LockNotAcquired) as info:
+        other.__enter__()
+    lock.release()
+    retry_after = info.value.retry_after
+    assert retry_after is not None and 0.0 < retry_after <= 0.2, retry_after
+
+
+@pytest.mark.urls("tests.django.decorated_views")
+def test_a_409_says_retry_after_one_second_for_a_short_view_not_the_ttl() -> None:
+    lock = Lock("order:9", timeout=60)
+    for _ in range(2):
+        assert lock.acquire()
+        time.sleep(0.05)
+        lock.release()
+    with Lock("order:9", timeout=60):
+        response = Client().get("/charge/9/")
+    assert response.status_code == 409
+    assert response["Retry-After"] == "1"  # never 0, and not the 60 s TTL
+
+
+def test_without_history_retry_after_is_the_holders_remaining_ttl() -> None:
+    with Lock("fresh-name", timeout=30), pytest.raises(LockNotAcquired) as info:
+        Lock("fresh-name", blocking=False).__enter__()
+    assert info.value.retry_after is not None and 29 < info.value.retry_after <= 30
+
+
+# -- item 6: tasks that retry later, skipped runs one can tell apart -----------------------------
+def test_a_skipped_run_returns_skip_result_so_it_can_be_told_from_a_run() -> None:
+    @redis_lock("nightly", on_contention="skip", skip_result=SKIPPED)
+    def nightly() -> None:
+        return None
+
+    assert nightly() is None  # it ran
+    with Lock("nightly", timeout=10):
+        assert nightly() == SKIPPED  # it did not
+
+
+def test_retry_outside_a_task_says_what_it_needs() -> None:
+    @redis_lock("plain", on_contention="retry")
+    def plain() -> None: ...
+
+    with Lock("plain", timeout=10), pytest.raises(LockConfigurationError, match="Celery task"):
+        plain()
+
+
+def test_a_django_task_that_finds_the_lock_taken_is_enqueued_again_for_later() -> None:
+    """``on_contention="retry"`` on a Django task (``takes_context=True``): the run that
+    finds the lock taken enqueues the task again, to run after the estimated wait, and
+    returns ``skip_result``; the run after that does the work."""
+    task = decorated_tasks.daily_report
+    backend: Any = task.get_backend()  # the DummyBackend: it keeps what is enqueued
+    backend.results.clear()
+    first = task.enqueue("2026-11-24")  # kept by the "deferred" backend, as a worker would
+    context = TaskContext(task_result=first)
+    with Lock("report:2026-11-24", timeout=30):
+        before = timezone.now()
+        returned = task.func(context, "2026-11-24")  # what a worker runs
+    assert returned == SKIPPED
+    assert decorated_tasks.runs == []
+    again = backend.results[-1]
+    assert again.id != first.id and again.args == ["2026-11-24"]
+    assert again.task.run_after is not None
+    assert before + timedelta(seconds=1) <= again.task.run_after <= before + timedelta(seconds=31)
+    assert task.func(TaskContext(task_result=again), "2026-11-24") == "report 2026-11-24"
+
+
+def test_a_celery_task_that_finds_the_lock_taken_retries_after_the_estimated_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    task = decorated_tasks.celery_retrying
+    asked: list[dict[str, Any]] = []
+    retry = task.retry
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs)
+        return retry(*args, **kwargs)
+
+    monkeypatch.setattr(task, "retry", recorded)
+    lock = Lock("celery-retry:a", timeout=30)
+    for _ in range(2):  # holds of a moment: the estimate is the floor of 1 s
+        assert lock.acquire()
+        lock.release()
+    with Lock("celery-retry:a", timeout=30), pytest.raises(Retry) as info:
+        task.apply(args=("a",))  # (eager, in this process: the retry is raised to us)
+    assert decorated_tasks.runs == []  # it did not run while the lock was held
+    assert asked == [{"countdown": 1, "exc": info.value.exc}]
+    assert isinstance(info.value.exc, LockNotAcquired)
+    assert task.apply(args=("a",)).get() == "rebuilt a"
