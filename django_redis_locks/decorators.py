@@ -202,7 +202,8 @@ def redis_lock(
         )
     if skip_result is not None and on_contention not in ("skip", "retry"):
         raise InvalidArgument(
-            "skip_result", "is what a skipped call returns: it needs on_contention='skip'"
+            "skip_result",
+            "is what a skipped call returns: it needs on_contention='skip' or 'retry'",
         )
     if on_redis_error not in (None, "fail_closed", "fail_open"):
         raise InvalidArgument(

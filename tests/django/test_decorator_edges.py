@@ -186,6 +186,11 @@ def test_a_skipped_run_returns_skip_result_so_it_can_be_told_from_a_run() -> Non
         assert nightly() == SKIPPED  # it did not
 
 
+def test_skip_result_without_a_skipping_policy_is_refused_when_decorating() -> None:
+    with pytest.raises(ValueError, match="on_contention='skip' or 'retry'"):
+        redis_lock("nightly", skip_result=SKIPPED)  # type: ignore[call-overload]
+
+
 def test_retry_outside_a_task_says_what_it_needs() -> None:
     @redis_lock("plain", on_contention="retry")
     def plain() -> None: ...
