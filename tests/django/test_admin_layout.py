@@ -88,7 +88,7 @@ def assert_inside(page: Any, selector: str, width: int) -> dict[str, float]:
 
 def assert_list_layout(page: Any, width: int, *, table: bool) -> None:
     toolbar = assert_inside(page, "#toolbar", width)
-    footer = assert_inside(page, ".paginator", width)
+    footer = assert_inside(page, ".changelist-footer", width)
     below = toolbar["y"] + toolbar["height"] - 0.5
     if table:
         results = assert_inside(page, "#result_list", width)
@@ -105,6 +105,11 @@ def assert_list_layout(page: Any, width: int, *, table: bool) -> None:
                 found,
             )
         assert_inside(page, "#result_list a.deletelink", width)
+        for selector in ("#result_list .drl-holder-id", "#result_list .drl-fence"):
+            for element in page.locator(selector).all():  # (semaphores have no fence)
+                assert element.evaluate("e => e.getClientRects().length === 1"), (
+                    f"{selector} is broken over lines"
+                )
         assert footer["y"] >= results["y"] + results["height"] - 0.5
     else:
         assert footer["y"] >= below
