@@ -17,7 +17,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import SETTING_NAME, get_config
-from .connection import backend_kind, get_client, load_factory
+from .connection import SUPPORTED_BACKENDS, backend_kind, get_client, load_factory, refusal
 from .core.errors import LockConfigurationError
 
 __all__ = ["check_settings"]
@@ -49,13 +49,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_redis_locks.E001",
             )
         ]
-    if backend_kind(caches[alias]) is None:
-        path = str(settings.CACHES[alias].get("BACKEND"))
-        hint = (
-            "Use django_redis.cache.RedisCache or "
-            "django.core.cache.backends.redis.RedisCache, or set CLIENT_FACTORY."
-        )
-        if path.rsplit(".", 1)[-1] in _IN_PROCESS_CACHES:
+    path = str(settings.CACHES[alias].get("BACKEND"))
+    refused = refusal(path)  # (before caches[alias]: an asyncio-only cache is not even made)
+    if refused is not None or backend_kind(caches[alias]) is None:
+        hint = f"Use one of {', '.join(SUPPORTED_BACKENDS)}, or set CLIENT_FACTORY."
+        if refused is not None:
+            hint = f"{path.rsplit('.', 1)[-1]} {refused}."
+        elif path.rsplit(".", 1)[-1] in _IN_PROCESS_CACHES:
             hint = (
                 f"{path.rsplit('.', 1)[-1]} keeps its data in one process: a lock there "
                 "excludes nobody else, and tests that use it do not test locking. Point the "

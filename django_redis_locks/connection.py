@@ -7,7 +7,11 @@ Supported sources, in this order:
 2. a django-redis alias (``django_redis.cache.RedisCache``): its write connection,
    ``django_redis.get_redis_connection(alias, write=True)``;
 3. a Django built-in Redis alias (``django.core.cache.backends.redis.RedisCache``): the
-   client of its primary (first) server.
+   client of its primary (first) server;
+4. a django-valkey alias (``django_valkey.cache.ValkeyCache``): its write connection, a
+   valkey-py client.
+
+Other caches are refused with a message saying what to use instead.
 
 Async callers get an asyncio client per event loop, built from the same settings.
 """
@@ -32,6 +36,19 @@ __all__ = ["ClientFactory", "get_backend", "get_client", "reset"]
 
 DJANGO_REDIS_BACKEND = "django_redis.cache.RedisCache"
 DJANGO_BUILTIN_BACKEND = "django.core.cache.backends.redis.RedisCache"
+DJANGO_VALKEY_BACKEND = "django_valkey.cache.ValkeyCache"
+#: Caches that reach Redis or Valkey but cannot carry locks: why, and what to use instead.
+_REFUSED = {
+    "django_valkey.async_cache.cache.AsyncValkeyCache": (
+        "is asyncio-only; use django_valkey.cache.ValkeyCache for the lock alias (locks make "
+        "their own asyncio clients from it)"
+    ),
+    "django_valkey.cluster_cache.cache.ClusterValkeyCache": (
+        "is a cluster cache; point CLIENT_FACTORY at a factory returning a "
+        "valkey.cluster.ValkeyCluster for the lock alias"
+    ),
+}
+SUPPORTED_BACKENDS = (DJANGO_REDIS_BACKEND, DJANGO_BUILTIN_BACKEND, DJANGO_VALKEY_BACKEND)
 
 
 class ClientFactory:
@@ -140,34 +157,47 @@ def get_client(alias: str) -> Any:
         raise LockConfigurationError(
             f"cache alias {alias!r} is not in CACHES (known: {sorted(settings.CACHES)})"
         )
+    path = str(settings.CACHES[alias].get("BACKEND", "?"))
+    refused = refusal(path)
+    if refused is not None:
+        raise LockConfigurationError(f"cache alias {alias!r} uses {path}, which {refused}")
     cache = caches[alias]
     kind = backend_kind(cache)
-    if kind == "django_redis":
+    if kind in ("django_redis", "django_valkey"):
         client = cache.client  # type: ignore[attr-defined]
         if type(client).__name__ == "ShardClient":
             raise LockConfigurationError(
-                f"cache alias {alias!r} uses django-redis's ShardClient, which spreads keys "
-                "over servers by itself; locks need one server (or a Redis Cluster via "
-                "CLIENT_FACTORY)"
+                f"cache alias {alias!r} uses {kind.replace('_', '-')}'s ShardClient, which "
+                "spreads keys over servers by itself; locks need one server (or a Cluster "
+                "via CLIENT_FACTORY)"
             )
         return client.get_client(write=True)
     if kind == "django":
         return cache._cache.get_client(write=True)  # type: ignore[attr-defined]
-    path = settings.CACHES[alias].get("BACKEND", "?")
     raise LockConfigurationError(
-        f"cache alias {alias!r} uses {path}; locks need {DJANGO_REDIS_BACKEND} or "
-        f"{DJANGO_BUILTIN_BACKEND} (or a CLIENT_FACTORY)"
+        f"cache alias {alias!r} uses {path}; locks need one of "
+        f"{', '.join(SUPPORTED_BACKENDS)} (or a CLIENT_FACTORY)"
     )
 
 
+def refusal(path: str) -> str | None:
+    """Why the cache backend at ``path`` cannot carry locks and what to use instead, for the
+    backends that reach Redis or Valkey but are refused; None for the others."""
+    return _REFUSED.get(path)
+
+
 def backend_kind(cache: Any) -> str | None:
-    """ "django_redis", "django" (built-in RedisCache) or None (unsupported)."""
+    """ "django_redis", "django" (built-in RedisCache), "django_valkey" or None
+    (unsupported)."""
+    kinds = {
+        DJANGO_REDIS_BACKEND: "django_redis",
+        DJANGO_BUILTIN_BACKEND: "django",
+        DJANGO_VALKEY_BACKEND: "django_valkey",
+    }
     for klass in type(cache).__mro__:
-        path = f"{klass.__module__}.{klass.__qualname__}"
-        if path == DJANGO_REDIS_BACKEND:
-            return "django_redis"
-        if path == DJANGO_BUILTIN_BACKEND:
-            return "django"
+        kind = kinds.get(f"{klass.__module__}.{klass.__qualname__}")
+        if kind is not None:
+            return kind
     return None
 
 

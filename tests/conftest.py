@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from django.test import override_settings
 
 from django_redis_locks.core import Backend
 from tests import settings as test_settings
+from tests.harness import clients
 
 pytest_plugins = ["tests.harness.plugin"]
 
@@ -29,7 +29,7 @@ def backend(redis_server: Any, namespace: str) -> Iterator[Backend]:
     Its client logs in through the server's URL: as the library's ACL user in ACL mode
     (``redis_client`` stays the unrestricted client for looking at the data).
     """
-    with redis.Redis.from_url(redis_server.url, socket_timeout=5) as client:
+    with clients.sync_from_url(redis_server.url, socket_timeout=5) as client:
         backend = Backend(client, namespace=namespace)
         yield backend
         backend.close()

@@ -1,5 +1,5 @@
-"""Helpers of the tests: probes of a lock's state in Redis (held or not, for how long), and a
-Backend that talks through a fault-injecting proxy.
+"""Helpers of the tests: probes of a lock's state in Redis (held or not, for how long), a
+Backend that talks through a fault-injecting proxy, and a release that must wake a waiter.
 
 A lock's hash outlives its hold (it keeps the fence for a while), so "held" means: a token
 is set and its ``expires`` (server time, ms) is still ahead of the server's clock.
@@ -7,6 +7,8 @@ is set and its ``expires`` (server time, ms) is still ahead of the server's cloc
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +18,32 @@ import redis
 
 from django_redis_locks.core import Backend, Lock, Semaphore
 from tests.harness.proxy import ReplyProxy
+from tests.harness.servers import hub_has_waiter, wait_until
+
+
+def seconds_to_wake_a_waiter(backend: Backend, name: str) -> float:
+    """Hold lock ``name``, let another thread block on it, release: how long after the release
+    the waiter had it. Under a second means the wake-up message woke it (a waiter that was
+    not woken finds out only at its re-check, seconds later)."""
+    holder = Lock(name, client=backend, timeout=10)
+    assert holder.acquire()
+    woken: list[float] = []
+    waiter = Lock(name, client=backend, timeout=10)
+
+    def wait() -> None:
+        if waiter.acquire(timeout=10):
+            woken.append(time.monotonic())
+            waiter.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    member = waiter._keys_for(backend).member
+    wait_until(lambda: hub_has_waiter(backend, member), timeout=5, what="the waiter")
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(15)
+    assert woken, "the waiter never had the lock"
+    return woken[0] - released_at
 
 
 def held_ttl_ms(client: Any, key: str | bytes) -> int | None:

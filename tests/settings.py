@@ -56,7 +56,8 @@ TASKS = {
 }
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 
-# Which cache backend carries the locks in this run: "django_redis" or "django" (built-in).
+# Which cache backend carries the locks in this run: "django_redis", "django" (built-in) or
+# "django_valkey".
 CACHE_BACKEND = os.environ.get("DRL_TEST_CACHE_BACKEND", "django_redis")
 # Placeholder until the test session's own server is known (see tests/conftest.py).
 REDIS_LOCATION = "redis://127.0.0.1:1/0"
@@ -70,6 +71,12 @@ def redis_caches(location: str, backend: str = CACHE_BACKEND) -> dict[str, dict[
             "LOCATION": location,
             "OPTIONS": {"SOCKET_TIMEOUT": 5, "SOCKET_CONNECT_TIMEOUT": 5},
         }
+    elif backend == "django_valkey":
+        entry = {
+            "BACKEND": "django_valkey.cache.ValkeyCache",
+            "LOCATION": location.replace("redis://", "valkey://", 1),
+            "OPTIONS": {"SOCKET_TIMEOUT": 5, "SOCKET_CONNECT_TIMEOUT": 5},
+        }
     elif backend == "django":
         entry = {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -77,7 +84,9 @@ def redis_caches(location: str, backend: str = CACHE_BACKEND) -> dict[str, dict[
             "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5},
         }
     else:
-        raise ValueError(f"DRL_TEST_CACHE_BACKEND must be django_redis or django, not {backend!r}")
+        raise ValueError(
+            f"DRL_TEST_CACHE_BACKEND must be django_redis, django or django_valkey, not {backend!r}"
+        )
     return {"default": dict(entry), "locks": dict(entry)}
 
 

@@ -26,6 +26,7 @@ from .clients import (
 )
 from .errors import InvalidArgumentType, LockConfigurationError
 from .keys import KeySpace
+from .libraries import library_of
 from .scripting import Call, run, run_many, run_many_async
 from .validation import check_ttl
 from .wakeup import WakeupHub, hub_for
@@ -40,6 +41,10 @@ __all__ = [
 ]
 
 DEFAULT_NAMESPACE = "drl"
+_CLIENT_EXPECTED = (
+    "must be a redis-py or valkey-py client (Redis, RedisCluster, Valkey, ValkeyCluster; sync "
+    "or asyncio) or a Backend, not {}"
+)
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_REPLICA_WAIT_TIMEOUT = 1.0
 
@@ -47,7 +52,8 @@ DEFAULT_REPLICA_WAIT_TIMEOUT = 1.0
 class Backend:
     """Clients, key space and defaults shared by every lock and semaphore that uses them.
 
-    ``client``: a redis-py ``Redis`` or ``RedisCluster``, sync or asyncio. If only one kind
+    ``client``: a redis-py ``Redis`` or ``RedisCluster`` (or valkey-py's ``Valkey`` or
+    ``ValkeyCluster``), sync or asyncio. If only one kind
     is given, the other is derived from its connection settings. ``async_client_factory`` is
     called once per event loop to make that loop's asyncio client.
 
@@ -69,10 +75,8 @@ class Backend:
     ) -> None:
         fixed_async = None
         given = client
-        if not hasattr(client, "evalsha"):
-            raise InvalidArgumentType(
-                "client", f"must be a redis-py client or a Backend, not {type(client).__name__}"
-            )
+        if library_of(client) is None or not hasattr(client, "evalsha"):
+            raise InvalidArgumentType("client", _CLIENT_EXPECTED.format(type(client).__name__))
         if is_async_client(client):
             if not (bound_retries and is_standard_async_client(client)):
                 fixed_async = client
@@ -223,10 +227,8 @@ class _LoopClient:
 
 def backend_for_client(client: Any, namespace: str = DEFAULT_NAMESPACE) -> Backend:
     """The Backend for an explicit client, made once per (client, namespace) and kept on it."""
-    if not hasattr(client, "evalsha") or not hasattr(client, "__dict__"):
-        raise InvalidArgumentType(
-            "client", f"must be a redis-py client or a Backend, not {type(client).__name__}"
-        )
+    if library_of(client) is None or not hasattr(client, "__dict__"):
+        raise InvalidArgumentType("client", _CLIENT_EXPECTED.format(type(client).__name__))
     with _cache_mutex:
         cache: dict[str, Backend] = client.__dict__.setdefault("_drl_backends", {})
         backend = cache.get(namespace)

@@ -1,204 +1,313 @@
-"""Make the sync twin of an asyncio redis-py client, and the other way round.
+"""The clients the core builds from the one it is given: a bounded sibling, and sync and
+asyncio twins.
 
 Background work (the renewer, the wake-up listener) runs in threads with a sync client; async
 callers run their scripts on an asyncio client bound to their event loop. Given one of the
-two, this module builds the other from the same connection settings.
+two, this module builds the other, and a sibling of a plain client whose calls fail within one
+socket timeout. Every connection setting the given client was configured with (TLS included)
+reaches the clients built here; one that the other kind of connection cannot honour is
+refused with :class:`LockConfigurationError`, never dropped.
 """
 
 from __future__ import annotations
 
+import inspect
+from functools import cache
 from typing import Any
 
-import redis
-import redis.asyncio
-import redis.asyncio.cluster
-import redis.asyncio.retry
-import redis.cluster
-import redis.retry
-from redis.backoff import NoBackoff
-
 from .errors import LockConfigurationError
+from .libraries import ClientLibrary, library_of
 
 __all__ = [
     "bounded_client",
+    "connection_settings",
     "derive_async",
     "derive_sync",
     "is_async_client",
     "is_cluster_client",
+    "is_standard_async_client",
 ]
 
-# Connection settings that mean the same to sync and asyncio connections.
-_PORTABLE_KWARGS = (
-    "host",
-    "port",
-    "path",
-    "db",
-    "username",
-    "password",
-    "credential_provider",
-    "socket_timeout",
-    "socket_connect_timeout",
-    "socket_keepalive",
-    "socket_keepalive_options",
-    "retry_on_timeout",
-    "encoding",
-    "encoding_errors",
-    "decode_responses",
-    "client_name",
-    "health_check_interval",
-    "protocol",
-    "ssl_keyfile",
-    "ssl_certfile",
-    "ssl_cert_reqs",
-    "ssl_ca_certs",
-    "ssl_ca_data",
-    "ssl_check_hostname",
-    "ssl_ciphers",
-    "ssl_min_version",
+#: Connection settings each client makes for itself rather than copy: the retry policy
+#: (replaced by the library's bounded one) and redis-py's per-pool machinery.
+_OWN = frozenset(
+    {
+        "retry",
+        "retry_on_timeout",
+        "retry_on_error",
+        "connection_pool",
+        "event_dispatcher",
+        "maint_notifications_pool_handler",
+        "oss_cluster_maint_notifications_handler",
+        "maintenance_state",
+        "maintenance_notification_hash",
+        "himport_registry",
+        "orig_host_address",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+        "cache",  # client-side caching (RESP3) serves reads; locks run scripts only
+        "cache_config",
+    }
 )
-
-_CONNECTION_CLASSES = {
-    "Connection": (redis.connection.Connection, redis.asyncio.connection.Connection),
-    "SSLConnection": (redis.connection.SSLConnection, redis.asyncio.connection.SSLConnection),
-    "UnixDomainSocketConnection": (
-        redis.connection.UnixDomainSocketConnection,
-        redis.asyncio.connection.UnixDomainSocketConnection,
-    ),
-}
-
-
-def _sync_retry() -> redis.retry.Retry:
-    # One immediate retry after a broken connection (e.g. the server restarted and the pooled
-    # socket is dead); never after a timeout, so a stalled server costs one socket timeout.
-    return redis.retry.Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
+#: Settings that name sync or asyncio machinery (a parser, a connect hook): a twin of the
+#: other kind picks its own.
+_ONE_SIDED = frozenset(
+    {"parser_class", "redis_connect_func", "command_packer", "encoder_class", "connection_class"}
+)
+#: Larger pools are unbounded in effect (redis-py before 8 defaults to 2**31): a sibling of
+#: one is unbounded too, and never waits for a connection.
+_BOUNDED_POOL_LIMIT = 100_000
 
 
-def _async_retry() -> redis.asyncio.retry.Retry:
-    return redis.asyncio.retry.Retry(
-        NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)
+@cache
+def _accepted(target: type) -> frozenset[str]:
+    """The keyword arguments ``target`` (a connection or cluster class) takes."""
+    names: set[str] = set()
+    for klass in target.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        names.update(
+            p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        )
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return frozenset(names)
+
+
+def _unset(value: object) -> bool:
+    return value is None or value is False or value in ((), [], {}, "")
+
+
+def connection_settings(
+    settings: dict[str, Any], target: type, *, source: str, across: bool = False
+) -> dict[str, Any]:
+    """The settings of ``source`` (a client's connection kwargs) that a ``target``
+    connection (or cluster client) class takes, without those each client makes for itself.
+
+    Raises LockConfigurationError for a setting that was set but ``target`` cannot take
+    (for example redis-py's OCSP checks, which its asyncio connections do not offer).
+    ``across``: ``target`` is of the other kind (sync for asyncio settings, or the reverse).
+    """
+    accepted = _accepted(target)
+    carried: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in _OWN or (across and key in _ONE_SIDED):
+            continue
+        if key in accepted:
+            carried[key] = value
+        elif not _unset(value):
+            raise LockConfigurationError(
+                f"{source} is configured with {key}={value!r}, which a "
+                f"{target.__module__}.{target.__qualname__} cannot honour; give the library "
+                "both clients (Backend(async_client_factory=...), or a ClientFactory with "
+                "get_async_client) instead of one to derive the other from"
+            )
+    return carried
+
+
+def _pool(
+    library: ClientLibrary,
+    template: Any,
+    settings: dict[str, Any],
+    *,
+    to_async: bool,
+    connection_class: type,
+) -> Any:
+    """A pool as large as ``template`` whose calls wait for a free connection (as long as the
+    template would wait if it blocks, else a socket timeout) rather than fail with "Too many
+    connections"; for an unbounded template, an unbounded pool that never waits."""
+    size = template.max_connections
+    if size > _BOUNDED_POOL_LIMIT:
+        plain = library.async_pool if to_async else library.sync_pool
+        return plain(max_connections=size, connection_class=connection_class, **settings)
+    blocks = isinstance(template, library.sync_blocking_pool | library.async_blocking_pool)
+    wait = template.timeout if blocks else None
+    if wait is None:
+        wait = settings.get("socket_timeout")
+    blocking = library.async_blocking_pool if to_async else library.sync_blocking_pool
+    return blocking(
+        max_connections=size, timeout=wait, connection_class=connection_class, **settings
     )
 
 
-# Pools that make a call wait for a free connection when all are in use (untyped in redis-py).
-_SyncBlockingPool: Any = redis.BlockingConnectionPool
-_AsyncBlockingPool: Any = redis.asyncio.BlockingConnectionPool
-
-
-def _blocking_pool(pool_class: Any, template: Any, kwargs: dict[str, Any], **more: Any) -> Any:
-    """A pool of ``pool_class`` as large as the ``template`` pool, whose calls wait for a free
-    connection, as long as the template would wait if it blocks, else a socket timeout."""
-    blocks = isinstance(template, _SyncBlockingPool | _AsyncBlockingPool)
-    wait = template.timeout if blocks else None
-    if wait is None:
-        wait = kwargs.get("socket_timeout")
-    return pool_class(max_connections=template.max_connections, timeout=wait, **more, **kwargs)
+def _standard_pool(library: ClientLibrary, client: Any, *, asyncio: bool) -> bool:
+    """``client`` is a plain client on a standard pool of standard connections: its settings
+    can be copied to sibling clients."""
+    pools = (
+        (library.async_pool, library.async_blocking_pool)
+        if asyncio
+        else (library.sync_pool, library.sync_blocking_pool)
+    )
+    pool = client.connection_pool
+    side = 1 if asyncio else 0
+    return type(pool) in pools and any(
+        pool.connection_class is pair[side] for pair in library.connections.values()
+    )
 
 
 def bounded_client(client: Any) -> Any:
     """A client on the same server as ``client`` whose calls fail within one socket timeout.
 
     redis-py retries timed-out commands with back-off by default (10 times in redis-py 8), so
-    a paused server would block a lock call for a minute. For a plain ``Redis`` on a standard
-    pool this returns a sibling client with the same settings and a bounded retry policy, on
-    its own pool (lock traffic then never waits for cache traffic). Other clients (Sentinel,
-    Cluster, custom pools) are returned unchanged: their own retry settings apply.
+    a paused server would block a lock call for a minute. For a plain client (redis-py's
+    ``Redis``, valkey-py's ``Valkey``) on a standard pool this returns a sibling client with
+    the same settings and a bounded retry policy, on its own pool (lock traffic then never
+    waits for cache traffic). Other clients (Sentinel, Cluster, custom pools) are returned
+    unchanged: their own retry settings apply.
 
     The sibling's pool has the same size but blocks when full: a call waits (up to a socket
-    timeout) for a free connection instead of failing with "Too many connections" (redis-py's
-    pools hold 100 connections by default), so a thousand callers blocked in one process
+    timeout) for a free connection instead of failing with "Too many connections" (redis-py
+    8's pools hold 100 connections by default), so a thousand callers blocked in one process
     share the pool's connections.
     """
-    if type(client) is not redis.Redis:
+    library = library_of(client)
+    if library is None or type(client) is not library.sync_client:
+        return client
+    if not _standard_pool(library, client, asyncio=False):
         return client
     pool = client.connection_pool
-    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
-        return client
-    if pool.connection_class.__name__ not in _CONNECTION_CLASSES:
-        return client
-    kwargs = _portable(pool.connection_kwargs)
-    kwargs["retry"] = _sync_retry()
-    kwargs.pop("retry_on_timeout", None)
-    new_pool = _blocking_pool(
-        _SyncBlockingPool, pool, kwargs, connection_class=pool.connection_class
+    settings = connection_settings(
+        pool.connection_kwargs, pool.connection_class, source=_describe(client)
     )
-    return redis.Redis.from_pool(new_pool)
+    settings["retry"] = library.retry(asyncio=False)
+    new_pool = _pool(
+        library, pool, settings, to_async=False, connection_class=pool.connection_class
+    )
+    return library.sync_client.from_pool(new_pool)
 
 
 def is_standard_async_client(client: object) -> bool:
-    """An asyncio ``Redis`` on a standard pool: its settings can be copied to sibling clients."""
+    """A plain asyncio client on a standard pool: its settings can be copied to siblings."""
+    library = library_of(client)
     return (
-        type(client) is redis.asyncio.Redis
-        and type(client.connection_pool) is redis.asyncio.ConnectionPool
-        and client.connection_pool.connection_class.__name__ in _CONNECTION_CLASSES
+        library is not None
+        and type(client) is library.async_client
+        and _standard_pool(library, client, asyncio=True)
     )
 
 
 def is_async_client(client: object) -> bool:
-    return isinstance(client, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster)
+    library = library_of(client)
+    return library is not None and isinstance(client, library.async_client | library.async_cluster)
 
 
 def is_cluster_client(client: object) -> bool:
-    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+    library = library_of(client)
+    return library is not None and isinstance(client, library.sync_cluster | library.async_cluster)
 
 
-def _portable(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {key: kwargs[key] for key in _PORTABLE_KWARGS if key in kwargs}
+def _describe(client: Any) -> str:
+    return f"the {type(client).__module__}.{type(client).__qualname__} client"
 
 
-def _twin_class(connection_class: type, to_async: bool) -> type:
-    for name in type.mro(connection_class):
-        pair = _CONNECTION_CLASSES.get(name.__name__)
-        if pair is not None:
-            return pair[1] if to_async else pair[0]
-    raise LockConfigurationError(
-        f"cannot derive a {'asyncio' if to_async else 'sync'} client from a pool of "
-        f"{connection_class.__name__}; pass both clients explicitly"
-    )
+def _library(client: Any, what: str) -> ClientLibrary:
+    library = library_of(client)
+    if library is None:
+        raise LockConfigurationError(
+            f"expected a redis-py or valkey-py {what} client, got {type(client).__name__}"
+        )
+    return library
 
 
 def derive_async(client: Any) -> Any:
     """A new asyncio client with the connection settings of the sync ``client``."""
-    if isinstance(client, redis.cluster.RedisCluster):
-        node = client.get_default_node()  # type: ignore[no-untyped-call]
-        kwargs = _portable(node.redis_connection.connection_pool.connection_kwargs)
-        kwargs.pop("db", None)
-        kwargs.update(host=node.host, port=node.port)
-        return redis.asyncio.cluster.RedisCluster(**kwargs)
-    if isinstance(client, redis.Redis):
-        pool = client.connection_pool
-        kwargs = _portable(pool.connection_kwargs)
-        connection_class = _twin_class(pool.connection_class, to_async=True)
-        kwargs["retry"] = _async_retry()
-        kwargs.pop("retry_on_timeout", None)
-        # from_pool: the client owns the pool, so closing the client closes its connections;
-        # a full pool makes calls wait for a connection (see bounded_client)
-        return redis.asyncio.Redis.from_pool(
-            _blocking_pool(_AsyncBlockingPool, pool, kwargs, connection_class=connection_class)
+    library = _library(client, "sync")
+    if isinstance(client, library.sync_cluster):
+        node = client.get_default_node()
+        pool = node.redis_connection.connection_pool
+        settings = connection_settings(
+            _cluster_settings(pool.connection_kwargs, pool.connection_class, library),
+            library.async_cluster,
+            source=_describe(client),
+            across=True,
         )
+        return library.async_cluster(host=node.host, port=node.port, **settings)
+    if isinstance(client, library.sync_client):
+        return _plain_twin(library, client, to_async=True)
     raise LockConfigurationError(
-        f"expected a redis-py Redis or RedisCluster client, got {type(client).__name__}"
+        f"expected a {library.name} sync client or cluster client, got {type(client).__name__}"
     )
 
 
 def derive_sync(client: Any) -> Any:
     """A new sync client with the connection settings of the asyncio ``client``."""
-    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+    library = _library(client, "asyncio")
+    if isinstance(client, library.async_cluster):
         # Before its first command an asyncio cluster client knows only its startup nodes.
         startup = next(iter(client.nodes_manager.startup_nodes.values()))
         node = client.get_default_node() or startup
-        kwargs = _portable(client.connection_kwargs)
-        kwargs.pop("db", None)
-        kwargs.update(host=node.host, port=node.port)
-        return redis.cluster.RedisCluster(**kwargs)
-    if isinstance(client, redis.asyncio.Redis):
-        pool = client.connection_pool
-        kwargs = _portable(pool.connection_kwargs)
-        connection_class = _twin_class(pool.connection_class, to_async=False)
-        kwargs["retry"] = _sync_retry()
-        kwargs.pop("retry_on_timeout", None)
-        return redis.Redis.from_pool(
-            _blocking_pool(_SyncBlockingPool, pool, kwargs, connection_class=connection_class)
+        settings = _cluster_settings(
+            client.connection_kwargs, client.connection_kwargs["connection_class"], library
         )
+        twin = library.twin_connection_class(
+            client.connection_kwargs["connection_class"], to_async=False
+        )
+        if twin is None:
+            raise LockConfigurationError(
+                _no_twin(client.connection_kwargs["connection_class"], "sync")
+            )
+        ssl = settings.pop("ssl", False)
+        settings = connection_settings(settings, twin, source=_describe(client), across=True)
+        return library.sync_cluster(host=node.host, port=node.port, ssl=ssl, **settings)
+    if isinstance(client, library.async_client):
+        return _plain_twin(library, client, to_async=False)
     raise LockConfigurationError(
-        f"expected a redis-py asyncio Redis or RedisCluster client, got {type(client).__name__}"
+        f"expected a {library.name} asyncio client or cluster client, got {type(client).__name__}"
+    )
+
+
+def _plain_twin(library: ClientLibrary, client: Any, *, to_async: bool) -> Any:
+    """The asyncio (or sync) twin of a plain client, on a pool of its own as large as the
+    client's, with the same settings and the bounded retry policy."""
+    pool = client.connection_pool
+    connection_class = library.twin_connection_class(pool.connection_class, to_async=to_async)
+    if connection_class is None:
+        raise LockConfigurationError(
+            _no_twin(pool.connection_class, "asyncio" if to_async else "sync")
+        )
+    settings = connection_settings(
+        pool.connection_kwargs, connection_class, source=_describe(client), across=True
+    )
+    settings["retry"] = library.retry(asyncio=to_async)
+    # from_pool: the client owns the pool, so closing the client closes its connections; a
+    # full pool makes calls wait for a connection (see bounded_client)
+    twin = library.async_client if to_async else library.sync_client
+    return twin.from_pool(
+        _pool(library, pool, settings, to_async=to_async, connection_class=connection_class)
+    )
+
+
+#: Settings a cluster client makes for each node itself.
+_CLUSTER_OWN = frozenset(
+    {
+        "host",
+        "port",
+        "db",
+        "path",
+        "connection_class",
+        "max_connections",
+        "redis_connect_func",
+        "response_callbacks",
+    }
+)
+
+
+def _cluster_settings(
+    settings: dict[str, Any], connection_class: type, library: ClientLibrary
+) -> dict[str, Any]:
+    """A cluster node's connection settings as cluster client arguments: TLS is ``ssl=True``
+    (a cluster client picks its connection class from it)."""
+    carried = {key: value for key, value in settings.items() if key not in _CLUSTER_OWN}
+    ssl_classes = library.connections["SSLConnection"]
+    if issubclass(connection_class, ssl_classes):
+        carried["ssl"] = True
+    return carried
+
+
+def _no_twin(connection_class: type, kind: str) -> str:
+    return (
+        f"cannot derive a {kind} client from a pool of {connection_class.__name__}; "
+        "pass both clients explicitly"
     )

@@ -16,10 +16,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
-
 from .backend import Backend
 from .errors import LockBackendError
+from .libraries import backend_errors
 from .renewal import renewer
 from .scripting import Call, run, run_async, run_many, run_many_async
 from .wakeup import AsyncWaiter, SyncWaiter
@@ -111,7 +110,7 @@ Effect = Eval | EvalMany | EvalWait | Command | Listen | Wait | Detach
 Operation = Generator[Effect, Any, T]
 
 
-def _backend_error(exc: RedisError) -> LockBackendError:
+def _backend_error(exc: Exception) -> LockBackendError:
     error = LockBackendError(f"Redis failed: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
@@ -129,7 +128,7 @@ def drive(operation: Operation[T], backend: Backend) -> T:
         value, error = None, None
         try:
             value = _execute(effect, backend)
-        except RedisError as exc:
+        except backend_errors() as exc:
             error = _backend_error(exc)
         except BaseException as exc:
             error = exc
@@ -163,7 +162,7 @@ def _execute(effect: Effect, backend: Backend) -> Any:
         # command stopped by Ctrl-C) must not lose the clean-up.
         try:
             run(backend.client, effect.call)
-        except RedisError as exc:
+        except backend_errors() as exc:
             _detach_failed(backend, effect, exc)
         return None
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover
@@ -178,7 +177,7 @@ def _all_replies(replies: list[Any]) -> list[Any]:
 
 def _eval_wait_result(replies: list[Any]) -> tuple[Any, int]:
     for reply in replies:
-        if isinstance(reply, RedisError):
+        if isinstance(reply, backend_errors()):
             raise reply
     return replies[0], int(replies[1])
 
@@ -203,7 +202,7 @@ async def adrive(operation: Operation[T], backend: Backend) -> T:
         value, error = None, None
         try:
             value = await _aexecute(effect, backend)
-        except RedisError as exc:
+        except backend_errors() as exc:
             error = _backend_error(exc)
         except BaseException as exc:
             error = exc
@@ -262,11 +261,11 @@ async def _aexecute(effect: Effect, backend: Backend) -> Any:
 async def _adetached(backend: Backend, effect: Detach) -> None:
     try:
         await run_async(await backend.aclient(), effect.call)
-    except RedisError as exc:
+    except backend_errors() as exc:
         _detach_failed(backend, effect, exc)
 
 
-def _detach_failed(backend: Backend, effect: Detach, exc: RedisError) -> None:
+def _detach_failed(backend: Backend, effect: Detach, exc: Exception) -> None:
     logger.warning("clean-up of %s failed (%s); retrying in the background", effect.what, exc)
     renewer().reclaim(backend, effect.call, effect.lifetime, effect.what)
 

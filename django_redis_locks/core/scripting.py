@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from .libraries import no_script_errors
 
 __all__ = ["Call", "Script", "load", "run", "run_async", "run_many", "run_many_async"]
 
@@ -73,7 +73,7 @@ def run(client: Any, call: Call) -> Any:
     """Run ``call`` on a synchronous redis-py client; reload the script once on NOSCRIPT."""
     try:
         return client.evalsha(*call.evalsha_args())
-    except NoScriptError:
+    except no_script_errors():
         client.execute_command("SCRIPT LOAD", call.script.source, **_route(client, call))
         return client.evalsha(*call.evalsha_args())
 
@@ -82,7 +82,7 @@ async def run_async(client: Any, call: Call) -> Any:
     """Run ``call`` on an asyncio redis-py client; reload the script once on NOSCRIPT."""
     try:
         return await client.evalsha(*call.evalsha_args())
-    except NoScriptError:
+    except no_script_errors():
         await client.execute_command("SCRIPT LOAD", call.script.source, **_route(client, call))
         return await client.evalsha(*call.evalsha_args())
 
@@ -116,7 +116,7 @@ def run_many(
 
 
 def _missing(calls: Sequence[Call], results: list[Any]) -> list[int]:
-    return [i for i in range(len(calls)) if isinstance(results[i], NoScriptError)]
+    return [i for i in range(len(calls)) if isinstance(results[i], no_script_errors())]
 
 
 def _merge(results: list[Any], missing: list[int], retried: list[Any], n: int) -> list[Any]:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import RedisError
+from .libraries import backend_errors
 
 __all__ = ["Subscription"]
 
@@ -81,7 +81,7 @@ class Subscription:
     def close(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
-            with contextlib.suppress(RedisError, OSError, TypeError):  # a dead connection
+            with contextlib.suppress(*backend_errors(), OSError, TypeError):  # a dead connection
                 pubsub.close()
 
     def _failed(self, exc: Exception) -> None:

@@ -10,21 +10,30 @@ import pytest
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import valkey.asyncio
+import valkey.exceptions
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_redis_locks import Lock, LockBackendError, LockConfigurationError
+from django_redis_locks.checks import check_settings
 from django_redis_locks.conf import Config, get_config
 from tests.django import factories
 from tests.harness.servers import wait_until
 from tests.helpers import held_ttl_ms, is_held
 from tests.settings import redis_caches
 
-BACKENDS = ["django_redis", "django"]
+BACKENDS = ["django_redis", "django", "django_valkey"]
+ASYNC_CLIENT: dict[str, Any] = {
+    "django_redis": redis.asyncio.Redis,
+    "django": redis.asyncio.Redis,
+    "django_valkey": valkey.asyncio.Valkey,
+}
 TIMEOUT_OPTIONS = {
     "django_redis": ("SOCKET_TIMEOUT", "SOCKET_CONNECT_TIMEOUT"),
     "django": ("socket_timeout", "socket_connect_timeout"),
+    "django_valkey": ("SOCKET_TIMEOUT", "SOCKET_CONNECT_TIMEOUT"),
 }
 
 
@@ -264,7 +273,7 @@ def test_sync_and_async_locks_work_on_each_cache_backend(
         client, held, contended = asyncio.run(use_async_lock())
         assert held and not contended
         assert not lock_keys(probe, namespace, "async")
-        assert type(client) is redis.asyncio.Redis
+        assert type(client) is ASYNC_CLIENT[backend]
         kwargs = client.connection_pool.connection_kwargs
         assert (kwargs["port"], kwargs["db"], kwargs["socket_timeout"]) == (server.port, 3, 4)
 
@@ -297,6 +306,27 @@ def test_django_redis_shard_client_is_refused(settings, redis_server) -> None:
     }
     with pytest.raises(LockConfigurationError, match="ShardClient"):
         Lock("x", timeout=5).acquire()
+
+
+@pytest.mark.parametrize(
+    ("path", "named"),
+    [
+        ("django_valkey.async_cache.cache.AsyncValkeyCache", "django_valkey.cache.ValkeyCache"),
+        ("django_valkey.cluster_cache.cache.ClusterValkeyCache", "valkey.cluster.ValkeyCluster"),
+    ],
+)
+def test_valkey_caches_that_cannot_carry_locks_say_what_to_use(
+    settings, redis_server, path, named
+) -> None:
+    settings.CACHES = {
+        **redis_caches(redis_server.url),
+        "locks": {"BACKEND": path, "LOCATION": redis_server.url.replace("redis", "valkey", 1)},
+    }
+    with pytest.raises(LockConfigurationError, match=named):
+        Lock("x", timeout=5).acquire()
+    # (this check alone: Django's own cache checks would make the asyncio-only cache)
+    [error] = [m for m in check_settings() if m.id == "django_redis_locks.E002"]
+    assert named in (error.hint or "")
 
 
 # -- connection: CLIENT_FACTORY ------------------------------------------------------------
@@ -431,4 +461,4 @@ def test_paused_server_fails_acquire_within_the_socket_timeout(
         elapsed = time.monotonic() - started
         server.resume()
     assert elapsed < 1.5, f"acquire took {elapsed:.2f} s"
-    assert isinstance(info.value.__cause__, redis.TimeoutError)
+    assert isinstance(info.value.__cause__, redis.TimeoutError | valkey.exceptions.TimeoutError)

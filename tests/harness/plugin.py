@@ -17,6 +17,7 @@ from tests.harness.servers import (
     RedisCluster,
     RedisServer,
     ServerBinary,
+    TlsFiles,
     find_server_binary,
     probe_client,
     start_replica,
@@ -33,6 +34,7 @@ class MakeServer(Protocol):
         binary: ServerBinary | None = None,
         port: int | None = None,
         extra_args: Sequence[str] = (),
+        tls: TlsFiles | None = None,
     ) -> RedisServer: ...
 
 
@@ -188,9 +190,10 @@ def make_server() -> Iterator[MakeServer]:
         binary: ServerBinary | None = None,
         port: int | None = None,
         extra_args: Sequence[str] = (),
+        tls: TlsFiles | None = None,
     ) -> RedisServer:
         server = RedisServer(
-            binary=binary, port=port, extra_args=extra_args, acl_user=library_user()
+            binary=binary, port=port, extra_args=extra_args, acl_user=library_user(), tls=tls
         )
         made.append(server)
         return server.start()

@@ -30,6 +30,7 @@ import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.harness import clients
 from tests.harness.acl import AclUser
 
 HOST = "127.0.0.1"
@@ -38,8 +39,6 @@ CLUSTER_BUS_OFFSET = 10000
 MAX_CLUSTER_PORT = 55535  # so that the bus port (+10000) stays a valid port
 CLUSTER_SLOTS = 16384
 POLL_INTERVAL = 0.02  # seconds between two looks at a condition inside a deadline loop
-
-_SyncClusterNode: Any = redis.cluster.ClusterNode  # its __init__ has no annotations
 
 _VERSION_RE = re.compile(r"^(Redis|Valkey) server v=(\S+)")
 _LOCK = threading.Lock()
@@ -171,6 +170,19 @@ def _deathsig_preexec() -> Callable[[], None] | None:
     return set_deathsig
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """The PEM files of a server that speaks TLS only: its certificate chain and key, and the
+    CA that signed it (which clients trust)."""
+
+    cert: str
+    key: str
+    ca: str
+
+    def client_kwargs(self) -> dict[str, Any]:
+        return {"ssl": True, "ssl_ca_certs": self.ca, "ssl_cert_reqs": "required"}
+
+
 def probe_client(server: RedisServer, *, timeout: float = 1.0) -> redis.Redis:
     """A client for polling: short timeouts, no retries, decoded responses; the caller closes."""
     return redis.Redis(
@@ -180,6 +192,7 @@ def probe_client(server: RedisServer, *, timeout: float = 1.0) -> redis.Redis:
         socket_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
         decode_responses=True,
+        **(server.tls.client_kwargs() if server.tls is not None else {}),
     )
 
 
@@ -224,6 +237,7 @@ class RedisServer:
         port: int | None = None,
         extra_args: Sequence[str] = (),
         acl_user: AclUser | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         if port == SHARED_PORT:
             raise HarnessError(f"refusing to start a test server on the shared port {port}")
@@ -233,6 +247,8 @@ class RedisServer:
         # With an ACL user (created at start, see tests/harness/acl.py) ``url`` logs in as it;
         # ``client()`` and the harness's probes stay on the unrestricted default user.
         self.acl_user = acl_user
+        # With TLS files the server listens on ``port`` with TLS only (no plain port at all).
+        self.tls = tls
         self._cluster = "--cluster-enabled" in self.extra_args
         self._may_change_port = port is None  # only until the first successful start
         self.port = port if port is not None else free_port(cluster=self._cluster)
@@ -266,7 +282,8 @@ class RedisServer:
     def url(self) -> str:
         """The server's URL; with an ACL user, one that logs in as that user."""
         login = self.acl_user.credentials() if self.acl_user is not None else ""
-        return f"redis://{login}{self.host}:{self.port}/0"
+        scheme = "rediss" if self.tls is not None else "redis"
+        return f"{scheme}://{login}{self.host}:{self.port}/0"
 
     @property
     def pid(self) -> int:
@@ -301,6 +318,14 @@ class RedisServer:
         ]  # fmt: skip
         if self.binary.major >= 7:  # don't wait for lagging (e.g. paused) replicas on SIGTERM
             args += ["--shutdown-on-sigterm", "now"]
+        if self.tls is not None:
+            args[1:3] = ["--port", "0", "--tls-port", str(self.port)]
+            args += [
+                "--tls-cert-file", self.tls.cert,
+                "--tls-key-file", self.tls.key,
+                "--tls-ca-cert-file", self.tls.ca,
+                "--tls-auth-clients", "no",
+            ]  # fmt: skip
         acl = self.acl_user.config_args() if self.acl_user is not None else []
         return [*args, *self.extra_args, *acl]
 
@@ -425,6 +450,8 @@ class RedisServer:
     def client(self, **kwargs: Any) -> redis.Redis:
         """A new redis.Redis for this server (socket_timeout 5 unless given); the caller closes."""
         kwargs.setdefault("socket_timeout", 5)
+        if self.tls is not None:
+            kwargs = {**self.tls.client_kwargs(), **kwargs}
         return redis.Redis(host=self.host, port=self.port, **kwargs)
 
     def log_tail(self, n: int = 50) -> str:
@@ -693,17 +720,16 @@ class RedisCluster:
         for node in reversed(self.nodes):
             node.stop()
 
-    def client(self, **kwargs: Any) -> redis.cluster.RedisCluster:
-        """A new sync cluster client (socket_timeout 5 unless given); the caller closes it."""
+    def client(self, **kwargs: Any) -> Any:
+        """A new sync cluster client of the run's client library (socket_timeout 5 unless
+        given); the caller closes it."""
         kwargs.setdefault("socket_timeout", 5)
-        nodes = [_SyncClusterNode(host, port) for host, port in self.startup_nodes]
-        return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+        return clients.cluster(list(self.startup_nodes), **kwargs)
 
-    def async_client(self, **kwargs: Any) -> redis.asyncio.cluster.RedisCluster:
+    def async_client(self, **kwargs: Any) -> Any:
         """A new asyncio cluster client (socket_timeout 5 unless given); ``await c.aclose()``."""
         kwargs.setdefault("socket_timeout", 5)
-        nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self.startup_nodes]
-        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+        return clients.async_cluster(list(self.startup_nodes), **kwargs)
 
 
 def hub_has_waiter(backend: Any, member: str) -> bool:
