@@ -6,12 +6,18 @@ at most one message within a timeout and hands what it read to the hub's callbac
 (re)connects and (re)subscribes by itself; while it cannot (the server is away, the ACL
 refuses the channel or ``SUBSCRIBE``), it says so once at WARNING, backs off (up to 1 s
 between tries), and says so again when it listens again.
+
+Its connection comes from the client's pool. One opened before the process was monkey-patched
+(gevent, eventlet: code that patches after the library worked) has a plain socket, and a read
+on it would block every greenlet of the process, the releaser of the lock a waiter reads for
+included: such a connection is opened again on a socket of the patched kind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +65,7 @@ class Subscription:
             if self._pubsub is None:
                 self._pubsub = self._client.pubsub()
                 self._pubsub.subscribe(self.channel)
+                _reopen_if_unpatched(self._pubsub.connection)
             message = self._pubsub.get_message(timeout=max(timeout, 0.0))
         except Exception as exc:
             # RedisError when the server is away or refuses the channel; redis-py may also
@@ -98,3 +105,13 @@ class Subscription:
         self._on_broken()
         self._retry_at = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+
+
+def _reopen_if_unpatched(connection: Any) -> None:
+    """Close ``connection`` if its socket is not of the kind ``socket.socket`` is now (it was
+    opened before a monkey-patch): the next read opens it again and subscribes again (redis-py
+    subscribes a pub/sub's channels on every connect). Once per subscription, so a socket class
+    that does not derive from the patched one (eventlet's TLS socket) costs one reconnect."""
+    sock = getattr(connection, "_sock", None)
+    if sock is not None and not isinstance(sock, socket.socket):
+        connection.disconnect()

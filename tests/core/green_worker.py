@@ -1,9 +1,11 @@
 """A greenlet-patched process that uses locks the way gevent and eventlet workers do.
 
 Run as ``python -m tests.core.green_worker <gevent|eventlet> <early|late> <redis url>
-<namespace>``: ``early`` monkey-patches before importing the library, ``late`` after (and
-after the library made its first hold, as code imported by a pre-loading master would). It
-prints one JSON line with what it saw and exits 0 when every check held.
+<namespace> [<parser>]``: ``early`` monkey-patches before importing the library, ``late`` after
+(and after the library made its first hold, as code imported by a pre-loading master would);
+``parser`` ``python`` gives the client redis-py's pure-Python parser (what it uses without
+hiredis), else the default. It prints one JSON line with what it saw and exits 0 when every
+check held.
 
 The checks: renewed holds of the main greenlet and of spawned greenlets survive several TTLs
 while other greenlets keep trying to take them; blocked waiters are woken by releases (the
@@ -17,6 +19,7 @@ import sys
 import time
 
 FLAVOUR, WHEN, URL, NAMESPACE = sys.argv[1:5]
+PARSER = sys.argv[5] if len(sys.argv) > 5 else "default"
 TTL = 0.6
 WORK = 2.0  # more than three TTLs
 
@@ -39,7 +42,12 @@ import redis  # noqa: E402
 
 from django_redis_locks.core import Backend, Lock  # noqa: E402
 
-client = redis.Redis.from_url(URL, socket_timeout=5)
+if PARSER == "python":
+    from redis._parsers import _RESP2Parser
+
+    client = redis.Redis.from_url(URL, socket_timeout=5, parser_class=_RESP2Parser)
+else:
+    client = redis.Redis.from_url(URL, socket_timeout=5)
 backend = Backend(client, namespace=NAMESPACE)
 if WHEN == "late":
     # The library already worked (and made its background machinery) before the patch.
