@@ -17,6 +17,7 @@ from typing import Any
 import redis
 
 from django_redis_locks.core import Backend, Lock, Semaphore
+from tests.harness.clients import sync_from_url
 from tests.harness.proxy import ReplyProxy
 from tests.harness.servers import hub_has_waiter, wait_until
 
@@ -86,9 +87,8 @@ def proxied_backend(
     and a semaphore's acquire and release), so that no NOSCRIPT round trip is cut or withheld
     by a test."""
     with ReplyProxy(server.host, server.port) as proxy:
-        client = redis.Redis(
-            host=proxy.host,
-            port=proxy.port,
+        client = sync_from_url(  # redis-py's, or valkey-py's with DRL_TEST_CLIENT=valkey
+            f"redis://{proxy.host}:{proxy.port}/0",
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
         )

@@ -171,7 +171,7 @@ def bounded_client(client: Any) -> Any:
     settings = connection_settings(
         pool.connection_kwargs, pool.connection_class, source=_describe(client)
     )
-    settings["retry"] = library.retry(asyncio=False)
+    settings.update(library.retry_settings(asyncio=False))
     new_pool = _pool(
         library, pool, settings, to_async=False, connection_class=pool.connection_class
     )
@@ -270,7 +270,7 @@ def _plain_twin(library: ClientLibrary, client: Any, *, to_async: bool) -> Any:
     settings = connection_settings(
         pool.connection_kwargs, connection_class, source=_describe(client), across=True
     )
-    settings["retry"] = library.retry(asyncio=to_async)
+    settings.update(library.retry_settings(asyncio=to_async))
     # from_pool: the client owns the pool, so closing the client closes its connections; a
     # full pool makes calls wait for a connection (see bounded_client)
     twin = library.async_client if to_async else library.sync_client

@@ -59,6 +59,12 @@ class ClientLibrary:
         retry_class = async_retry if asyncio else sync_retry
         return retry_class(no_backoff(), 1, supported_errors=(self.connection_error,))
 
+    def retry_settings(self, *, asyncio: bool) -> dict[str, Any]:
+        """The connection settings that give a client :meth:`retry`: the policy, and its
+        errors as ``retry_on_error`` too (redis-py 5 and valkey-py retry a command only after
+        an error named there, whatever the policy's own errors)."""
+        return {"retry": self.retry(asyncio=asyncio), "retry_on_error": [self.connection_error]}
+
     def twin_connection_class(self, connection_class: type, *, to_async: bool) -> type | None:
         """The asyncio (or sync) twin of ``connection_class``: None if it has none."""
         for klass in connection_class.__mro__:
