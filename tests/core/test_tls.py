@@ -5,6 +5,7 @@ asyncio twin, the wake-up subscription, the renewer); a wrong CA is refused."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import shutil
 import subprocess
 import time
@@ -116,7 +117,12 @@ def test_asyncio_calls_over_tls_on_the_derived_client(tls_backend: Backend) -> N
         async with Lock("tls:async", client=tls_backend, timeout=5) as lock:
             return lock.fence or 0
 
-    assert asyncio.run(run()) > 0
+    asyncio_tls = inspect.signature(redis.asyncio.connection.SSLConnection.__init__).parameters
+    if "ssl_ca_path" in asyncio_tls:
+        assert asyncio.run(run()) > 0
+    else:  # redis-py 5: its asyncio TLS connections cannot trust a CA directory
+        with pytest.raises(LockConfigurationError, match="ssl_ca_path="):
+            asyncio.run(run())
 
 
 def test_an_asyncio_client_given_alone_gives_its_tls_settings_to_the_sync_twin(
