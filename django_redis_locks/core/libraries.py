@@ -47,9 +47,17 @@ class ClientLibrary:
     async_pool: Any
     sync_blocking_pool: Any
     async_blocking_pool: Any
+    sync_sentinel: Any  # the Sentinel manager
+    async_sentinel: Any
+    sync_sentinel_pool: Any
+    async_sentinel_pool: Any
+    sync_cluster_node: Any
+    async_cluster_node: Any
     # (classes typed Any: the libraries' own types are not all annotated)
     #: connection class name -> (sync class, asyncio class)
     connections: dict[str, tuple[type, type]] = field(default_factory=dict)
+    #: Sentinel-managed connection classes: plain and TLS, (sync class, asyncio class) each
+    sentinel_connections: tuple[tuple[type, type], tuple[type, type]] = ((type, type),) * 2
     _retry: tuple[Any, Any, Any] = (None, None, None)  # sync Retry, asyncio Retry, NoBackoff
 
     def retry(self, *, asyncio: bool) -> Any:
@@ -82,6 +90,8 @@ def _load(package: str) -> ClientLibrary:
     async_connection = importlib.import_module(f"{package}.asyncio.connection")
     cluster = importlib.import_module(f"{package}.cluster")
     async_cluster = importlib.import_module(f"{package}.asyncio.cluster")
+    sentinel = importlib.import_module(f"{package}.sentinel")
+    async_sentinel = importlib.import_module(f"{package}.asyncio.sentinel")
     retry = importlib.import_module(f"{package}.retry")
     async_retry = importlib.import_module(f"{package}.asyncio.retry")
     backoff = importlib.import_module(f"{package}.backoff")
@@ -101,6 +111,16 @@ def _load(package: str) -> ClientLibrary:
         async_pool=async_connection.ConnectionPool,
         sync_blocking_pool=connection.BlockingConnectionPool,
         async_blocking_pool=async_connection.BlockingConnectionPool,
+        sync_sentinel=sentinel.Sentinel,
+        async_sentinel=async_sentinel.Sentinel,
+        sync_sentinel_pool=sentinel.SentinelConnectionPool,
+        async_sentinel_pool=async_sentinel.SentinelConnectionPool,
+        sync_cluster_node=cluster.ClusterNode,
+        async_cluster_node=async_cluster.ClusterNode,
+        sentinel_connections=(
+            (sentinel.SentinelManagedConnection, async_sentinel.SentinelManagedConnection),
+            (sentinel.SentinelManagedSSLConnection, async_sentinel.SentinelManagedSSLConnection),
+        ),
         connections={
             name: (getattr(connection, name), getattr(async_connection, name))
             for name in _CONNECTION_CLASSES

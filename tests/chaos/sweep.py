@@ -67,3 +67,52 @@ def first_time_at(intervals: Sequence[Interval], count: int, after: float) -> fl
         if moment > after and inside >= count:
             return moment
     return None
+
+
+@dataclass
+class Hold:
+    who: int
+    start: float
+    fence: int
+    end: float | None = None  # work done, before the release
+    lost_noticed: float | None = None  # on_lost (O) or ensure_held's LockLost (X)
+    local_expiry: float | None = None
+
+    @property
+    def believed_until(self) -> float:
+        ends = [t for t in (self.end, self.lost_noticed) if t is not None]
+        assert ends, f"hold {self} never ended"
+        return min(ends)
+
+
+def parse_cycle_log(log: Path, who: int) -> tuple[list[Hold], list[tuple[str, float, float]]]:
+    """The holds and the failed calls (operation, start, end) a ``cycle`` worker logged."""
+    holds: list[Hold] = []
+    failures: list[tuple[str, float, float]] = []
+    for fields in log_lines(log)[1:]:
+        kind, at = fields[0], int(fields[1]) / 1e9 if fields[0] != "F" else 0.0
+        if kind == "S":
+            holds.append(Hold(who, at, int(fields[2])))
+        elif kind == "E":
+            holds[-1].end = at
+        elif kind in ("X", "O"):
+            hold = holds[-1]
+            if hold.lost_noticed is None or at < hold.lost_noticed:
+                hold.lost_noticed = at
+            if kind == "O" and int(fields[2]) > 0:
+                hold.local_expiry = int(fields[2]) / 1e9
+        elif kind == "F":
+            failures.append((fields[1], int(fields[2]) / 1e9, int(fields[3]) / 1e9))
+    return holds, failures
+
+
+def parse_cycle_logs(logs: Sequence[Path]) -> tuple[list[Hold], list[tuple[str, float, float]]]:
+    """The holds (by start) and failed calls of several ``cycle`` workers, each its index."""
+    holds: list[Hold] = []
+    failures: list[tuple[str, float, float]] = []
+    for who, log in enumerate(logs):
+        worker_holds, worker_failures = parse_cycle_log(log, who)
+        holds += worker_holds
+        failures += worker_failures
+    holds.sort(key=lambda hold: hold.start)
+    return holds, failures

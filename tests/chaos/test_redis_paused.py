@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ import pytest
 
 from django_redis_locks.core import Lock
 from tests.chaos.processes import Processes, worker_command
-from tests.chaos.sweep import Interval, log_lines, overlapping_pairs
+from tests.chaos.sweep import Interval, log_lines, overlapping_pairs, parse_cycle_logs
 from tests.harness.servers import wait_until
 
 pytestmark = pytest.mark.chaos
@@ -40,42 +39,6 @@ PAUSE = 2 * TTL
 WORKERS = 4
 WORK = 1.2 * TTL  # longer than the TTL: holds live on renewals
 RENEW_RETRY = min(0.25, TTL / 10)  # the renewer's retry after a failed round
-
-
-@dataclass
-class Hold:
-    who: int
-    start: float
-    fence: int
-    end: float | None = None  # work done, before the release
-    lost_noticed: float | None = None  # on_lost (O) or ensure_held's LockLost (X)
-    local_expiry: float | None = None
-
-    @property
-    def believed_until(self) -> float:
-        ends = [t for t in (self.end, self.lost_noticed) if t is not None]
-        assert ends, f"hold {self} never ended"
-        return min(ends)
-
-
-def parse(log: Path, who: int) -> tuple[list[Hold], list[tuple[str, float, float]]]:
-    holds: list[Hold] = []
-    failures: list[tuple[str, float, float]] = []
-    for fields in log_lines(log)[1:]:
-        kind, at = fields[0], int(fields[1]) / 1e9 if fields[0] != "F" else 0.0
-        if kind == "S":
-            holds.append(Hold(who, at, int(fields[2])))
-        elif kind == "E":
-            holds[-1].end = at
-        elif kind in ("X", "O"):
-            hold = holds[-1]
-            if hold.lost_noticed is None or at < hold.lost_noticed:
-                hold.lost_noticed = at
-            if kind == "O" and int(fields[2]) > 0:
-                hold.local_expiry = int(fields[2]) / 1e9
-        elif kind == "F":
-            failures.append((fields[1], int(fields[2]) / 1e9, int(fields[3]) / 1e9))
-    return holds, failures
 
 
 def test_a_stopped_redis_fails_calls_in_bound_holders_learn_of_it_and_work_resumes(
@@ -127,13 +90,7 @@ def test_a_stopped_redis_fails_calls_in_bound_holders_learn_of_it_and_work_resum
     for worker in workers:
         assert worker.wait(timeout=30) == 0, worker.stderr.read() if worker.stderr else ""
 
-    holds: list[Hold] = []
-    failures: list[tuple[str, float, float]] = []
-    for who, log in enumerate(logs):
-        worker_holds, worker_failures = parse(log, who)
-        holds += worker_holds
-        failures += worker_failures
-    holds.sort(key=lambda hold: hold.start)
+    holds, failures = parse_cycle_logs(logs)
     during = [(op, s, e) for op, s, e in failures if s >= stopped_at]
     waiting = [(op, s, e) for op, s, e in failures if s < stopped_at]
     caught = [h for h in holds if h.start < stopped_at and (h.end is None or h.end > stopped_at)]

@@ -8,7 +8,9 @@ machine) unless a job says it logs the Redis server's clock.
 - ``increment``: read-modify-write increments of a counter under one lock (scenario 1).
 - ``cycle``: acquire an auto-renewed lock, work checking ``ensure_held()``, release, again and
   again until a stop file appears, logging every failure with its duration (scenarios 3, 10
-  and 11; ``--fresh``: a new Lock object per attempt, as web requests make their own).
+  and 11; ``--fresh``: a new Lock object per attempt, as web requests make their own;
+  ``--limit``: a semaphore slot instead; ``--django``: the Backend of a Django project's lock
+  alias, settings from :mod:`tests.harness.django_caches`, as in scenarios 12 and 13).
 - ``holder``: take a lock or a semaphore slot, then obey commands read from stdin, one per
   line, answering each with a JSON line; lost holds are reported as they happen
   (scenarios 2 and 4).
@@ -37,6 +39,7 @@ from django_redis_locks.core import (
     LockBackendError,
     LockError,
     LockLost,
+    LockNotReplicated,
     Semaphore,
 )
 
@@ -103,9 +106,10 @@ def cycle(args: argparse.Namespace) -> int:
     Log: ``S <ns> <fence>`` held; ``E <ns>`` work done, before the release; ``X <ns>``
     ``ensure_held()`` raised LockLost (the hold ends there); ``O <ns> <local expiry ns>``
     on_lost fired (from the renewer); ``R <ns>`` released; ``RL <ns>`` the release found the
-    hold lost; ``F <operation> <start ns> <end ns>`` a call failed with LockBackendError.
+    hold lost; ``F <operation> <start ns> <end ns>`` a call failed with LockBackendError
+    (``acquire-unreplicated``: LockNotReplicated). A semaphore slot logs fence 0.
     """
-    client = _client(args.url, args.socket_timeout)
+    client, backend = _cycle_backend(args)
     log = EventLog(args.log)
     log.write("P", os.getpid())
     main = threading.current_thread()
@@ -115,10 +119,25 @@ def cycle(args: argparse.Namespace) -> int:
         expires = int(hold.expires_at * 1e9) if hold is not None else -1
         log.write("O", time.monotonic_ns(), expires)
 
-    backend = Backend(client, namespace=args.namespace)
-
-    def new_lock() -> Lock:
-        return Lock(args.name, client=backend, timeout=args.ttl, auto_renew=True, on_lost=on_lost)
+    def new_lock() -> Lock | Semaphore:
+        if args.limit:
+            return Semaphore(
+                args.name,
+                args.limit,
+                client=backend,
+                timeout=args.ttl,
+                auto_renew=True,
+                on_lost=on_lost,
+            )
+        replicas = args.wait_for_replicas
+        return Lock(
+            args.name,
+            client=backend,
+            timeout=args.ttl,
+            auto_renew=True,
+            on_lost=on_lost,
+            wait_for_replicas=int(replicas) if replicas and replicas.isdigit() else replicas,
+        )
 
     lock = new_lock()
     stop = Path(args.stop_file)
@@ -130,8 +149,11 @@ def cycle(args: argparse.Namespace) -> int:
         except LockBackendError:
             log.write("F", operation, started, time.monotonic_ns())
             return False, None
+        except LockNotReplicated:
+            log.write("F", f"{operation}-unreplicated", started, time.monotonic_ns())
+            return False, None
 
-    def take(lock: Lock) -> bool:
+    def take(lock: Lock | Semaphore) -> bool:
         if args.acquire_wait == 0:
             return lock.acquire(blocking=False)
         return lock.acquire(timeout=args.acquire_wait)
@@ -143,7 +165,7 @@ def cycle(args: argparse.Namespace) -> int:
         if not ok or not acquired:
             time.sleep(args.step)  # back-off before trying again, not a wait for state
             continue
-        log.write("S", time.monotonic_ns(), lock.fence)
+        log.write("S", time.monotonic_ns(), getattr(lock, "fence", 0))
         deadline = time.monotonic() + args.work
         lost = False
         while time.monotonic() < deadline:
@@ -167,8 +189,35 @@ def cycle(args: argparse.Namespace) -> int:
                 log.write("R", time.monotonic_ns())
                 break
     log.close()
-    client.close()
+    if client is not None:
+        client.close()
     return 0
+
+
+def _cycle_backend(args: argparse.Namespace) -> tuple[redis.Redis | None, Backend]:
+    """The ``cycle`` job's client (None: Django's) and Backend: on ``--url``, or, with
+    ``--django``, the lock alias of a project configured from that JSON spec."""
+    if not args.django:
+        client = _client(args.url, args.socket_timeout)
+        return client, Backend(client, namespace=args.namespace)
+    import django
+    from django.conf import settings
+
+    from tests.harness.django_caches import ALIAS, sentinel_settings
+
+    spec = json.loads(args.django)
+    sentinels = [(host, int(port)) for host, port in spec.pop("sentinels")]
+    project = sentinel_settings(
+        sentinels=sentinels,
+        socket_timeout=args.socket_timeout,
+        namespace=args.namespace,
+        **spec,
+    )
+    settings.configure(INSTALLED_APPS=["django_redis_locks"], USE_TZ=True, **project)
+    django.setup()
+    from django_redis_locks.connection import get_backend
+
+    return None, get_backend(ALIAS)
 
 
 # -- scenarios 2 and 4 ---------------------------------------------------------------------
@@ -313,7 +362,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.workers")
     sub = parser.add_subparsers(dest="job", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", required=True)
+    common.add_argument("--url", default="")
     common.add_argument("--namespace", required=True)
     common.add_argument("--name", required=True)
     common.add_argument("--ttl", type=float, required=True)
@@ -336,6 +385,9 @@ def main(argv: list[str]) -> int:
     cyc.add_argument("--log", required=True)
     cyc.add_argument("--stop-file", required=True)
     cyc.add_argument("--fresh", action="store_true", help="a new Lock object per attempt")
+    cyc.add_argument("--limit", type=int, default=0, help="a semaphore of this limit")
+    cyc.add_argument("--wait-for-replicas", default=None, help="an int or 'majority'")
+    cyc.add_argument("--django", default="", help="JSON: kind, service, sentinels, login")
     cyc.set_defaults(run=cycle)
 
     hold = sub.add_parser("holder", parents=[common])

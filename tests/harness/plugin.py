@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from tests.harness.acl import acl_mode, denials, library_user
+from tests.harness.sentinel import SentinelGroup
 from tests.harness.servers import (
     ExternalServer,
     HarnessError,
@@ -47,6 +48,18 @@ class MakeReplica(Protocol):
         extra_args: Sequence[str] = (),
         timeout: float = 10.0,
     ) -> RedisServer: ...
+
+
+class MakeSentinelGroup(Protocol):
+    def __call__(
+        self, *, replicas: int = 2, sentinels: int = 3, down_after_ms: int = 1000
+    ) -> SentinelGroup: ...
+
+
+class MakeCluster(Protocol):
+    def __call__(
+        self, masters: int = 3, *, replicas: int = 0, node_timeout_ms: int = 2000
+    ) -> RedisCluster: ...
 
 
 def external_server_from_env() -> ExternalServer | None:
@@ -234,3 +247,52 @@ def redis_cluster() -> Iterator[RedisCluster]:
         cluster.stop()
         if problem:
             pytest.fail(problem, pytrace=False)
+
+
+def _stop_groups(groups: Sequence[SentinelGroup | RedisCluster]) -> None:
+    """Stop each group (all of them, whatever fails); then fail if a data node refused the
+    library's ACL user something."""
+    problems = []
+    for group in groups:
+        nodes = group.servers if isinstance(group, SentinelGroup) else group.nodes
+        problems.append(check_acl_log(nodes))
+        group.stop()
+    problem = "\n".join(p for p in problems if p)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
+@pytest.fixture
+def make_sentinel_group() -> Iterator[MakeSentinelGroup]:
+    """Start private Sentinel groups (a primary, replicas in sync, Sentinels that know them
+    all); every process is stopped after the test."""
+    made: list[SentinelGroup | RedisCluster] = []
+
+    def make(*, replicas: int = 2, sentinels: int = 3, down_after_ms: int = 1000) -> SentinelGroup:
+        group = SentinelGroup(
+            replicas=replicas,
+            sentinels=sentinels,
+            down_after_ms=down_after_ms,
+            acl_user=library_user(),
+        )
+        made.append(group)
+        return group.start()
+
+    yield make
+    _stop_groups(made)
+
+
+@pytest.fixture
+def make_cluster() -> Iterator[MakeCluster]:
+    """Start private clusters to kill or pause nodes of; all are stopped after the test."""
+    made: list[SentinelGroup | RedisCluster] = []
+
+    def make(masters: int = 3, *, replicas: int = 0, node_timeout_ms: int = 2000) -> RedisCluster:
+        cluster = RedisCluster(
+            masters, replicas=replicas, node_timeout_ms=node_timeout_ms, acl_user=library_user()
+        )
+        made.append(cluster)
+        return cluster.start()
+
+    yield make
+    _stop_groups(made)

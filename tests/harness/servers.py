@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import os
 import re
 import shutil
@@ -604,33 +605,37 @@ def _slot_map(client: redis.Redis) -> list[tuple[int, int, str, int]]:
     return sorted((int(r[0]), int(r[1]), str(r[2][0]), int(r[2][1])) for r in rows)
 
 
-class RedisCluster:
-    """N masters (no replicas) forming one Redis Cluster, slots split evenly."""
+def _node_rows(client: redis.Redis) -> list[dict[str, Any]]:
+    """CLUSTER NODES as redis-py parses it: node_id, flags, master_id, connected..."""
+    return list(client.cluster("NODES").values())
 
-    def __init__(
-        self,
-        masters: int = 3,
-        *,
-        binary: ServerBinary | None = None,
-        extra_args: Sequence[str] = (),
-        node_timeout_ms: int = 2000,
-        acl_user: AclUser | None = None,
-    ) -> None:
-        if masters < 1:
-            raise ValueError("a cluster needs at least one master")
-        self.masters = masters
-        self.binary = binary if binary is not None else find_server_binary()
-        self.extra_args: tuple[str, ...] = tuple(extra_args)
-        self.node_timeout_ms = node_timeout_ms
-        # Each node gets the user, with what cluster clients need on top; ``url`` logs in as it.
-        self.acl_user = acl_user.for_cluster() if acl_user is not None else None
-        self.nodes: list[RedisServer] = []
 
-    def __repr__(self) -> str:
-        return f"<RedisCluster {self.binary.flavour} {self.binary.version} {self.startup_nodes}>"
+def _knows_all(client: redis.Redis, count: int) -> bool:
+    return int(client.cluster("INFO")["cluster_known_nodes"]) == count
+
+
+def _replica_count(client: redis.Redis) -> int:
+    """How many connected replicas the node knows of."""
+    return sum(
+        1 for row in _node_rows(client) if "slave" in row["flags"].split(",") and row["connected"]
+    )
+
+
+class ProcessGroup:
+    """Servers started and stopped together: a context manager that starts the group on entry
+    (unless it was started) and stops every process on exit."""
+
+    def started(self) -> bool:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 30.0) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
 
     def __enter__(self) -> Self:
-        if not self.nodes:
+        if not self.started():
             self.start()
         return self
 
@@ -641,6 +646,39 @@ class RedisCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class RedisCluster(ProcessGroup):
+    """N masters, each with ``replicas`` replicas, forming one Redis Cluster; slots split
+    evenly over the masters. ``nodes`` are in start order: the masters, then the replicas
+    (of master 0, 1, ... in turn)."""
+
+    def __init__(
+        self,
+        masters: int = 3,
+        *,
+        replicas: int = 0,
+        binary: ServerBinary | None = None,
+        extra_args: Sequence[str] = (),
+        node_timeout_ms: int = 2000,
+        acl_user: AclUser | None = None,
+    ) -> None:
+        if masters < 1 or replicas < 0:
+            raise ValueError("a cluster needs at least one master, and replicas >= 0")
+        self.masters = masters
+        self.replicas = replicas
+        self.binary = binary if binary is not None else find_server_binary()
+        self.extra_args: tuple[str, ...] = tuple(extra_args)
+        self.node_timeout_ms = node_timeout_ms
+        # Each node gets the user, with what cluster clients need on top; ``url`` logs in as it.
+        self.acl_user = acl_user.for_cluster() if acl_user is not None else None
+        self.nodes: list[RedisServer] = []
+
+    def __repr__(self) -> str:
+        return f"<RedisCluster {self.binary.flavour} {self.binary.version} {self.startup_nodes}>"
+
+    def started(self) -> bool:
+        return bool(self.nodes)
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:
@@ -666,7 +704,7 @@ class RedisCluster:
         ]  # fmt: skip
         self.nodes = []
         try:
-            for _ in range(self.masters):
+            for _ in range(self.masters * (1 + self.replicas)):
                 node = RedisServer(
                     binary=self.binary,
                     extra_args=[*cluster_args, *self.extra_args],
@@ -686,12 +724,26 @@ class RedisCluster:
             for i, client in enumerate(clients):
                 # distinct epochs up front spare the nodes the epoch-collision dance
                 client.cluster("SET-CONFIG-EPOCH", i + 1)
+                if i >= self.masters:
+                    continue
                 first = i * CLUSTER_SLOTS // self.masters
                 last = (i + 1) * CLUSTER_SLOTS // self.masters - 1
                 client.cluster("ADDSLOTSRANGE", first, last)
-            for i, client in enumerate(clients):
+            masters = clients[: self.masters]
+            for i, client in enumerate(masters):
                 for other in self.nodes[i + 1 :]:
                     client.cluster("MEET", other.host, other.port)
+            ids = [str(client.cluster("MYID")) for client in masters]
+            for i, client in enumerate(clients[self.masters :]):
+                # a replica must know its master before CLUSTER REPLICATE names it
+                known = functools.partial(_knows_all, client, len(self.nodes))
+                wait_until(
+                    known,
+                    timeout=timeout,
+                    what=f"{self!r}: a replica to meet every node",
+                    servers=self.nodes,
+                )
+                client.cluster("REPLICATE", ids[i % self.masters])
             expected = sorted(
                 (
                     i * CLUSTER_SLOTS // self.masters,
@@ -699,7 +751,7 @@ class RedisCluster:
                     node.host,
                     node.port,
                 )
-                for i, node in enumerate(self.nodes)
+                for i, node in enumerate(self.nodes[: self.masters])
             )
 
             def converged() -> bool:
@@ -707,11 +759,15 @@ class RedisCluster:
                     info = client.cluster("INFO")
                     if (
                         info.get("cluster_state") != "ok"
-                        or int(info.get("cluster_known_nodes", 0)) != self.masters
+                        or int(info.get("cluster_known_nodes", 0)) != len(self.nodes)
                         or _slot_map(client) != expected
+                        or _replica_count(client) != self.masters * self.replicas
                     ):
                         return False
-                return True
+                return all(
+                    client.info("replication").get("master_link_status") == "up"
+                    for client in clients[self.masters :]
+                )
 
             wait_until(converged, timeout=timeout, what=f"{self!r} to converge", servers=self.nodes)
 
@@ -719,6 +775,58 @@ class RedisCluster:
         """Stop every node. Idempotent."""
         for node in reversed(self.nodes):
             node.stop()
+
+    def node_at(self, host: str, port: int) -> RedisServer:
+        for node in self.nodes:
+            if (node.host, node.port) == (host, port):
+                return node
+        raise HarnessError(f"{self!r} has no node {host}:{port}")
+
+    def slot_owners(self) -> dict[tuple[int, int], RedisServer]:
+        """(first, last) slot range -> its master, as a running node other than the failed
+        ones reports it."""
+        for node in self.nodes:
+            if node.is_running and not node.paused:
+                with probe_client(node) as client:
+                    rows = _slot_map(client)
+                return {(first, last): self.node_at(h, p) for first, last, h, p in rows}
+        raise HarnessError(f"{self!r}: no node is running")
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A running replica of ``master``."""
+        with probe_client(master) as client:
+            master_id = str(client.cluster("MYID"))
+        for node in self.nodes:
+            if node is master or not node.is_running or node.paused:
+                continue
+            with probe_client(node) as client:
+                me = next(row for row in _node_rows(client) if "myself" in row["flags"].split(","))
+            if me["master_id"] == master_id:
+                return node
+        raise HarnessError(f"{self!r}: {master!r} has no running replica")
+
+    def wait_for_promotion(self, old: RedisServer, timeout: float = 30.0) -> RedisServer:
+        """Wait until every running node agrees that another node serves ``old``'s slots and
+        the cluster is ok again; return the node promoted in its place."""
+        ranges = [r for r, owner in self.slot_owners().items() if owner is old]
+        live = [n for n in self.nodes if n is not old and n.is_running and not n.paused]
+        promoted: list[RedisServer] = []
+
+        def done() -> bool:
+            owners = set()
+            for node in live:
+                with probe_client(node) as client:
+                    if client.cluster("INFO").get("cluster_state") != "ok":
+                        return False
+                    rows = {(f, la): (h, p) for f, la, h, p in _slot_map(client)}
+                owners |= {rows.get(r) for r in ranges}
+            if len(owners) != 1 or (old.host, old.port) in owners or None in owners:
+                return False
+            promoted[:] = [self.node_at(*owners.pop())]  # type: ignore[misc]
+            return True
+
+        wait_until(done, timeout=timeout, what=f"a replica of {old!r} to take over", servers=live)
+        return promoted[0]
 
     def client(self, **kwargs: Any) -> Any:
         """A new sync cluster client of the run's client library (socket_timeout 5 unless

@@ -31,7 +31,7 @@ from tests.harness.servers import (
 )
 
 if TYPE_CHECKING:
-    from tests.harness.plugin import MakeReplica, MakeServer
+    from tests.harness.plugin import MakeCluster, MakeReplica, MakeSentinelGroup, MakeServer
 
 # Also loaded by the project's conftest; declared here so `pytest tests/harness` runs on its own.
 # (Import the plugin in tests only after this has registered it, or assertion rewriting warns.)
@@ -310,3 +310,54 @@ def test_cluster_context_manager_stops_every_node() -> None:
             assert client.set("k", "v")
     assert all(pid_gone(pid) for pid in pids)
     assert not any(node.is_running for node in cluster.nodes)
+
+
+@pytest.mark.sentinel
+def test_a_sentinel_group_settles_fails_over_and_stops(
+    make_sentinel_group: MakeSentinelGroup,
+) -> None:
+    """A primary, two replicas in sync and three Sentinels that know them all; a killed
+    primary is replaced by one of its replicas; every process stops with the group."""
+    group = make_sentinel_group(down_after_ms=1000)
+    primary = group.primary()
+    assert primary is group.servers[0] and primary is group.primary_by_role()
+    assert set(group.replicas()) == set(group.servers[1:])
+    for sentinel in group.sentinels:
+        state = sentinel.master()
+        assert (state["num-slaves"], state["num-other-sentinels"]) == (2, 2)
+    with no_retry_client(primary, 5) as client:
+        client.set("k", "v")
+        assert client.wait(2, 1000) == 2
+    started = time.monotonic()
+    primary.kill()
+    promoted = group.wait_for_failover(primary)
+    assert promoted in group.servers[1:]
+    assert time.monotonic() - started < 15
+    assert group.primary() is promoted
+    with no_retry_client(promoted, 5) as client:
+        assert client.get("k") == b"v"
+    pids = [server.pid for server in group.all if server.is_running]
+    group.stop()
+    wait_until(lambda: all(pid_gone(pid) for pid in pids), timeout=5, what="the group to stop")
+
+
+@pytest.mark.cluster
+def test_a_cluster_with_replicas_promotes_the_replica_of_a_killed_master(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = make_cluster(3, replicas=1, node_timeout_ms=1000)
+    owners = cluster.slot_owners()
+    assert sorted(owners.values(), key=id) == sorted(cluster.nodes[:3], key=id)
+    master = cluster.nodes[1]
+    replica = cluster.replica_of(master)
+    assert replica in cluster.nodes[3:]
+    with cluster.client(decode_responses=True) as client:
+        keys = [f"k{i}" for i in range(100)]
+        for key in keys:
+            client.set(key, key)
+    with no_retry_client(master, 5) as client:
+        client.wait(1, 1000)  # the replica has every write before the kill
+    master.kill()
+    assert cluster.wait_for_promotion(master) is replica
+    with cluster.client(decode_responses=True) as client:
+        assert [client.get(key) for key in keys] == keys
