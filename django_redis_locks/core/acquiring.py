@@ -74,7 +74,7 @@ class Outcome:
     retry_after: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Request(Generic[K]):
     """One acquire call: where, by whom, with which token, TTL and holder metadata."""
 
@@ -120,7 +120,6 @@ def acquire_steps(
     """Acquire for ``request``: once, or (``blocking``) waiting up to ``wait`` seconds (None:
     as long as it takes)."""
     deadline = None if wait is None else time.monotonic() + wait
-    wake_key = f"{request.keys.member}#{holder_id(request.token)}"
     waiter = None
     attempting = queued = False
     # Server clock minus local monotonic clock, from the last refusal: it dates a hand-over.
@@ -131,7 +130,7 @@ def acquire_steps(
         if blocking and request.backend.hub().ready:
             # The process listens already: register at once, so that a release between
             # the first attempt and the wait cannot slip by, and no second try is needed.
-            waiter = yield Listen(wake_key, 1.0)
+            waiter = yield Listen(_wake_key(request), 1.0)
         while True:
             started = time.monotonic()
             attempting = True
@@ -153,7 +152,7 @@ def acquire_steps(
                 return Outcome(False, result.retry_after)
             if waiter is None:
                 # Register before the next attempt, so no release can slip in between.
-                waiter = yield Listen(wake_key, min(remaining or 1.0, 1.0))
+                waiter = yield Listen(_wake_key(request), min(remaining or 1.0, 1.0))
                 continue
             pause = _pause(primitive.recheck_seconds, holder_left, remaining)
             handed = yield from _wait_turn(waiter, pause, remaining)
@@ -180,6 +179,11 @@ def acquire_steps(
     finally:
         if waiter is not None:
             waiter.close()
+
+
+def _wake_key(request: Request[Any]) -> str:
+    """What a wake-up for this request starts with (see :mod:`.wakeup`)."""
+    return f"{request.keys.member}#{holder_id(request.token)}"
 
 
 def _pause(recheck: float, holder_left: float | None, remaining: float | None) -> float:

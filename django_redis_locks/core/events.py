@@ -68,6 +68,8 @@ def unsubscribe(listener: Listener) -> None:
 
 def listening(event_type: EventType) -> bool:
     """Whether anyone wants events of ``event_type``: callers skip building unwanted ones."""
+    if not _listeners:
+        return False
     return any(wants is None or wants(event_type) for _, wants in _listeners)
 
 

@@ -8,6 +8,7 @@ own fields.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import InvalidArgument, InvalidArgumentType
-from .ownership import owner_description
+from .ownership import owner_fields
 
 __all__ = [
     "HOLDER_ID_LENGTH",
@@ -94,8 +95,14 @@ def metadata_json(extra: Mapping[str, Any]) -> str:
 def holder_metadata(owner: object, extra_json: str) -> str:
     """JSON text describing the holder: host, pid, thread, task or greenlet, then the caller's
     metadata (``extra_json`` from :func:`metadata_json`; its keys win when they repeat)."""
-    parts = [f'"host":{_HOST_JSON},"pid":{os.getpid()}']
-    parts.extend(f'"{key}":{json.dumps(value)}' for key, value in owner_description(owner).items())
+    return _metadata(os.getpid(), owner_fields(owner), extra_json)
+
+
+@functools.lru_cache(maxsize=1024)
+def _metadata(pid: int, described: tuple[tuple[str, str], ...], extra_json: str) -> str:
+    """(Made once per process, owner and metadata.)"""
+    parts = [f'"host":{_HOST_JSON},"pid":{pid}']
+    parts.extend(f'"{key}":{json.dumps(value)}' for key, value in described)
     if extra_json:
         parts.append(extra_json)
     return "{" + ",".join(parts) + "}"

@@ -3,6 +3,8 @@
 A name is hashed into one of ``BUCKETS`` buckets and the bucket number is the key's hash tag::
 
     <ns>:{<bucket>}:lock:<name>     HASH   token, fence, acquired, expires, meta, recent releases
+                                           (a released name keeps only its fence, recent
+                                           releases and average hold, for RETENTION_MS)
     <ns>:{<bucket>}:lockq:<name>    ZSET   lock queue: token -> ticket (arrival order)
     <ns>:{<bucket>}:lockw:<name>    HASH   lock waiters: token -> ttl, handoff, channel, meta
     <ns>:{<bucket>}:lockl:<name>    ZSET   lock waiter leases: token -> expiry (ms)
@@ -28,16 +30,13 @@ from __future__ import annotations
 import binascii
 from dataclasses import dataclass
 
+from .constants import RETENTION_MS
 from .validation import check_namespace
 
 __all__ = ["BUCKETS", "RETENTION_MS", "KeySpace", "LockKeys", "RegistryKeys", "SemaphoreKeys"]
 
 #: Number of hash-tag buckets (and registry shards) per namespace.
 BUCKETS = 256
-#: How long what a released name keeps in Redis (the lock's fence, the recent releases that
-#: let a resent release be recognised) outlives its last hold (ms). Past that, the next fence
-#: still comes out larger, from the server clock in microseconds.
-RETENTION_MS = 3600 * 1000
 
 #: Registry member prefixes, one per kind of primitive.
 LOCK_KIND = "lock"

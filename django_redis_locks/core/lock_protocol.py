@@ -10,23 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import RETENTION_MS, LockKeys
+from .constants import FRESH_LEASE_MS, HANDOVER_WINDOW_MS, WAITER_LEASE_MS
+from .keys import LockKeys
 from .replies import Acquired, Contended, decode_acquired, text
 from .scripting import Call, load
 
-#: How long a blocked waiter keeps its place in a queue without coming back to ask (ms).
-#: Waiters ask at least every ``recheck_seconds`` (at most 2 s apart when a slice of up to
-#: 1 s delays them); one that crashed or stalled longer than this loses its place (and takes a
-#: new one at the back when it asks again).
-WAITER_LEASE_MS = 3000
-#: A waiter whose lease has more than this left asked within the last 1.5 s: a hand-over to
-#: it is for its full TTL if its process hears the message, and it needs no round trip.
-FRESH_LEASE_MS = 1500
-#: How long a release hands the lock (or a slot) to a waiter not known to be alive, before
-#: that waiter confirms it (ms): a waiter that died while queued keeps nothing longer.
-HANDOVER_WINDOW_MS = 1000
-
 __all__ = [
+    "FRESH_LEASE_MS",
+    "HANDOVER_WINDOW_MS",
+    "WAITER_LEASE_MS",
     "LockState",
     "acquire_call",
     "decode_acquire",
@@ -69,16 +61,12 @@ def acquire_call(
             token,
             ttl_ms,
             metadata,
-            keys.member,
-            RETENTION_MS,
             "queue" if queue else "try",
             lease_ms,
             "1" if handoff else "0",
             session,
             slice_ms,
             channel,
-            HANDOVER_WINDOW_MS,
-            FRESH_LEASE_MS,
         ),
     )
 
@@ -100,15 +88,7 @@ def release_call(keys: LockKeys, token: str, *, forced: bool = False) -> Call:
     return Call(
         load("lock_release"),
         keys.all,
-        (
-            token,
-            keys.member,
-            RETENTION_MS,
-            "holder" if forced else "token",
-            HANDOVER_WINDOW_MS,
-            secrets.token_hex(4) if forced else "-",
-            FRESH_LEASE_MS,
-        ),
+        (token, "holder" if forced else "token", secrets.token_hex(4) if forced else "-"),
     )
 
 
@@ -120,7 +100,7 @@ def extend_call(
     return Call(
         load("lock_extend"),
         (keys.lock, keys.registry.names, keys.registry.expiry),
-        (token, ms, mode, keys.member, cap_ms, RETENTION_MS, seq),
+        (token, ms, mode, cap_ms, seq),
     )
 
 

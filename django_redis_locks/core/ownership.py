@@ -40,6 +40,7 @@ __all__ = [
     "current_owner",
     "owner_alive",
     "owner_description",
+    "owner_fields",
     "owner_kind",
     "runtime_key",
 ]
@@ -49,6 +50,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 S = TypeVar("S")
 T = TypeVar("T")
+
+
+#: The running event loop of this thread, or None: asyncio's own look-up that does not raise
+#: (sync code asks on every call, and a raised RuntimeError costs more than the answer).
+_running_loop: Callable[[], asyncio.AbstractEventLoop | None] = asyncio._get_running_loop
 
 
 def _current_greenlet() -> Any:
@@ -63,17 +69,14 @@ def _current_greenlet() -> Any:
 
 def current_owner() -> Any:
     """The running asyncio task if any, else a non-main greenlet if any, else the thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
+    if _running_loop() is not None:
         task = asyncio.current_task()
         if task is not None:
             return task
-    greenlet = _current_greenlet()
-    if greenlet is not None:
-        return greenlet
+    if "greenlet" in sys.modules:
+        greenlet = _current_greenlet()
+        if greenlet is not None:
+            return greenlet
     return threading.current_thread()
 
 
@@ -98,15 +101,29 @@ def owner_kind(owner: object) -> OwnerKind:
 
 def owner_description(owner: object) -> dict[str, str]:
     """What holder metadata says of the owner: the thread, and the task or greenlet."""
+    return dict(owner_fields(owner))
+
+
+def owner_fields(owner: object) -> tuple[tuple[str, str], ...]:
+    """:func:`owner_description` as (key, value) pairs, made once per owner."""
     thread = threading.current_thread()
-    described = {"thread": f"{thread.name} ({thread.ident})"}
-    kind = owner_kind(owner)
-    if kind == "task":
-        described["task"] = owner.get_name()  # type: ignore[attr-defined]
-    elif kind == "greenlet":
+    return _described(thread.name, thread.ident, *_owner_name(owner))
+
+
+def _owner_name(owner: object) -> tuple[str, str] | tuple[()]:
+    """("task", name) or ("greenlet", name) for a task or greenlet; () for a thread."""
+    if isinstance(owner, asyncio.Task):
+        return ("task", owner.get_name())
+    if isinstance(getattr(owner, "dead", None), bool):
         name = getattr(owner, "name", None)
-        described["greenlet"] = name if isinstance(name, str) else f"greenlet-{id(owner):x}"
-    return described
+        return ("greenlet", name if isinstance(name, str) else f"greenlet-{id(owner):x}")
+    return ()
+
+
+@functools.lru_cache(maxsize=1024)
+def _described(thread_name: str, ident: int | None, *named: str) -> tuple[tuple[str, str], ...]:
+    thread = ("thread", f"{thread_name} ({ident})")
+    return (thread, (named[0], named[1])) if named else (thread,)
 
 
 def runtime_key() -> tuple[int, Any, Any]:
@@ -142,9 +159,7 @@ class PerRuntime(Generic[T]):
 def _caller() -> Any:
     """The owner to bind when an ``a``-method is called: the running task, or None (no
     task: bind to whoever runs the coroutine)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if _running_loop() is None:
         return None
     return asyncio.current_task()
 

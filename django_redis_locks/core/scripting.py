@@ -3,6 +3,9 @@
 Each ``.lua`` file under ``scripts/`` is one atomic operation and opens with a header naming
 its KEYS, ARGV and reply. Helpers shared by several scripts live in ``scripts/lib/`` and are
 pasted in where a script says ``-- @include <name>``: each script is still sent as one text.
+Only the helpers (functions and constants) that the script uses are pasted, since Redis
+defines every one of them anew on each run. ``@NAME@`` stands for a number of
+:data:`.constants.SCRIPT_CONSTANTS`, pasted in too.
 Running a script never sends its source unless the server answers
 NOSCRIPT (after a restart, ``SCRIPT FLUSH`` or a failover); then the source is loaded and the
 call repeated once. The same path works for redis-py's ``Redis``, ``RedisCluster`` and their
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from .constants import SCRIPT_CONSTANTS
 from .libraries import no_script_errors
 
 __all__ = ["Call", "Script", "load", "run", "run_async", "run_many", "run_many_async"]
@@ -48,22 +52,65 @@ class Call:
 
 _CACHE: dict[str, Script] = {}
 _INCLUDE = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
+_DEFINITION = re.compile(r"^local (?:function )?(\w+)")
+_WORD = re.compile(r"\b\w+\b")
+_CONSTANT = re.compile(r"@(\w+)@")
 
 
 def _read(*parts: str) -> str:
     return resources.files(__package__).joinpath("scripts", *parts).read_text("utf-8")
 
 
+def _definitions(library: str) -> list[tuple[str, str]]:
+    """A library's top-level definitions, in order: (name, text with the comment above it).
+    The library's header comment (before its first definition) is left out."""
+    lines = _read("lib", f"{library}.lua").splitlines()
+    starts = []
+    for number, line in enumerate(lines):
+        found = _DEFINITION.match(line)
+        if found:
+            first = number
+            while first > 0 and lines[first - 1].startswith("--"):
+                first -= 1
+            starts.append((found[1], first))
+    blocks = []
+    for index, (defined, first) in enumerate(starts):
+        end = starts[index + 1][1] if index + 1 < len(starts) else len(lines)
+        blocks.append((defined, "\n".join(lines[first:end]).strip("\n")))
+    return blocks
+
+
+def _expand(source: str) -> str:
+    """Paste in the definitions that ``source`` uses, directly or through one another."""
+    libraries = {match[1]: _definitions(match[1]) for match in _INCLUDE.finditer(source)}
+    used = set(_WORD.findall(_INCLUDE.sub("", source)))
+    changed = True
+    while changed:  # what the used definitions use in turn
+        changed = False
+        for blocks in libraries.values():
+            for defined, text in blocks:
+                if defined in used:
+                    new = set(_WORD.findall(text)) - used
+                    if new:
+                        used |= new
+                        changed = True
+
+    def paste(match: re.Match[str]) -> str:
+        return "\n".join(text for defined, text in libraries[match[1]] if defined in used)
+
+    expanded = _INCLUDE.sub(paste, source)
+    return _CONSTANT.sub(lambda match: str(SCRIPT_CONSTANTS[match[1]]), expanded)
+
+
 def load(name: str) -> Script:
     """Return the script ``scripts/<name>.lua``, read from the package once per process.
 
-    Each ``-- @include <lib>`` line is replaced by ``scripts/lib/<lib>.lua``.
+    Each ``-- @include <lib>`` line is replaced by the definitions of ``scripts/lib/<lib>.lua``
+    that the script uses, and each ``@NAME@`` by that constant's value.
     """
     script = _CACHE.get(name)
     if script is None:
-        source = _INCLUDE.sub(
-            lambda m: _read("lib", f"{m[1]}.lua").rstrip("\n"), _read(f"{name}.lua")
-        )
+        source = _expand(_read(f"{name}.lua"))
         sha = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
         script = _CACHE[name] = Script(name, source, sha)
     return script

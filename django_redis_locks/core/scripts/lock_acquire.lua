@@ -11,19 +11,16 @@
 -- ARGV[1]  token (random, >= 128 bits)
 -- ARGV[2]  ttl in milliseconds (> 0)
 -- ARGV[3]  holder metadata (JSON text, stored as is)
--- ARGV[4]  registry member ("lock:<name>")
--- ARGV[5]  retention in milliseconds: how long the fence outlives the hold
--- ARGV[6]  "try": never queue; "queue": take (or keep) a place in the queue if not granted
--- ARGV[7]  waiter lease in milliseconds: a queued waiter that does not ask again within it
---          loses its place
--- ARGV[8]  "1" if a release may hand the lock straight to this waiter, else "0"
--- ARGV[9]  session: who is asking (a process and thread, greenlet or task), for slices
--- ARGV[10] slice in milliseconds (0: none)
--- ARGV[11] the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
--- ARGV[12] hand-over window in milliseconds (see lib/lock): when the lock is free but an
---          earlier waiter is due, it is handed to that waiter (for this long, unless it is
---          known alive)
--- ARGV[13] a waiter whose lease has more than this many ms left asked a moment ago
+-- ARGV[4]  "try": never queue; "queue": take (or keep) a place in the queue if not granted
+-- ARGV[5]  waiter lease in milliseconds ("queue" only): a queued waiter that does not ask
+--          again within it loses its place
+-- ARGV[6]  "1" if a release may hand the lock straight to this waiter, else "0"
+-- ARGV[7]  session: who is asking (a process and thread, greenlet or task), for slices
+-- ARGV[8]  slice in milliseconds (0: none)
+-- ARGV[9]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
+--
+-- The registry member ("lock:<name>") comes from KEYS[1]. When the lock is free but an
+-- earlier waiter is due, it is handed to that waiter (see lib/lock), as a release would.
 --
 -- Reply:
 --   {1, fence, ttl_ms, now_ms, 0}  acquired
@@ -48,6 +45,7 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local token = ARGV[1]
 local ttl = tonumber(ARGV[2])
+local member = lock_member(KEYS[1])
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'session', 'slice_end',
     'reserved', 'acquired', 'avg')
@@ -59,8 +57,8 @@ if held[1] and holder_ttl > 0 then
     if held[1] == token then
         if holder_ttl < ttl then  -- confirm a hand-over (its short window) for the full TTL
             redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl))
-            redis.call('PEXPIRE', KEYS[1], ttl + tonumber(ARGV[5]))
-            registry_set(KEYS[5], KEYS[6], ARGV[4], now_ms + ttl, now_ms, false)
+            redis.call('PEXPIRE', KEYS[1], ttl + LOCK_RETENTION_MS)
+            registry_set(KEYS[5], KEYS[6], member, now_ms + ttl, now_ms, false)
             holder_ttl = ttl
         end
         return {1, held[3], holder_ttl, now_ms, 1}
@@ -68,7 +66,7 @@ if held[1] and holder_ttl > 0 then
 else
     holder_ttl = -1
     local reserved = tonumber(held[6] or '0') - now_ms
-    local mine = held[4] == ARGV[9]
+    local mine = held[4] == ARGV[7]
     if reserved > 0 and not mine then
         holder_ttl = reserved
     else
@@ -80,30 +78,28 @@ else
             if head then
                 lock_dequeue(KEYS[2], KEYS[3], KEYS[4], token)
             end
-            local slice_end = now_ms + tonumber(ARGV[10])
+            local slice_end = now_ms + tonumber(ARGV[8])
             if reserved > 0 then
                 slice_end = tonumber(held[5])  -- the session's slice goes on
             end
             local fence = lock_next_fence(held[3], now_us)
-            lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, fence, tonumber(ARGV[5]), ARGV[9],
-                slice_end)
-            registry_set(KEYS[5], KEYS[6], ARGV[4], now_ms + ttl, now_ms, false)
+            lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, fence, ARGV[7], slice_end)
+            registry_set(KEYS[5], KEYS[6], member, now_ms + ttl, now_ms, false)
             return {1, fence, ttl, now_ms, 0}
         end
         -- Free, but an earlier waiter is due: hand it over now, as a release would have (a
         -- dead waiter then keeps it for the window only, not until its place runs out).
         local kept = lock_hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
-            ARGV[4], head, record, now_ms, now_us, tonumber(ARGV[5]), tonumber(ARGV[12]),
-            tonumber(ARGV[13]), held[3])
+            member, head, record, now_ms, now_us, held[3])
         if kept > 0 then
             holder_ttl = kept
         end
     end
 end
 local position = 0
-if ARGV[6] == 'queue' then
-    position = lock_enqueue(KEYS[2], KEYS[3], KEYS[4], token, now_ms, now_us, tonumber(ARGV[7]),
-        ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9] .. ' ' .. ARGV[10] .. ' ' .. ARGV[11] .. ' '
+if ARGV[4] == 'queue' then
+    position = lock_enqueue(KEYS[2], KEYS[3], KEYS[4], token, now_ms, now_us, tonumber(ARGV[5]),
+        ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8] .. ' ' .. ARGV[9] .. ' '
         .. ARGV[3])
 end
 -- How long until the name is likely free: from how long recent holds lasted (``avg``),

@@ -9,12 +9,12 @@
 -- ARGV[3]  "add": new life = remaining + ARGV[2]
 --          "set": new life = ARGV[2]
 --          "max": new life = the larger of remaining and ARGV[2] (renewals never shorten)
--- ARGV[4]  registry member ("lock:<name>")
--- ARGV[5]  upper bound of the new life in milliseconds
--- ARGV[6]  retention in milliseconds: how long the fence outlives the hold
--- ARGV[7]  sequence number of this extend among the hold's extends (1, 2, ...): one that is
+-- ARGV[4]  upper bound of the new life in milliseconds
+-- ARGV[5]  sequence number of this extend among the hold's extends (1, 2, ...): one that is
 --          not larger than the last applied is a resend, and changes nothing; 0: no sequence
 --          (renewals, which may run any number of times)
+--
+-- The registry member ("lock:<name>") comes from KEYS[1].
 --
 -- Reply:
 --   {1, new_ttl_ms, now_ms}  extended (for a resend: the life it has now)
@@ -22,19 +22,20 @@
 --   {-1}                     held with another token; nothing written
 --   {-2}                     the token's hold was force-released; nothing written
 -- @include registry
+-- @include lock
 -- @include gone
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'xseq')
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'xseq', 'gone')
 local live = held[1] and tonumber(held[2]) > now_ms
 if not live or held[1] ~= ARGV[1] then
-    if gone_kind(KEYS[1], string.sub(redis.sha1hex(ARGV[1]), 1, 16)) == 'X' then
+    if gone_in(held[4], string.sub(redis.sha1hex(ARGV[1]), 1, 16)) == 'X' then
         return {-2}
     end
     return live and {-1} or {0}
 end
 local remaining = tonumber(held[2]) - now_ms
-local seq = tonumber(ARGV[7])
+local seq = tonumber(ARGV[5])
 if seq > 0 and seq <= tonumber(held[3] or '0') then
     return {1, remaining, now_ms}
 end
@@ -44,12 +45,13 @@ if ARGV[3] == 'add' then
 elseif ARGV[3] == 'max' and remaining > ttl then
     ttl = remaining
 end
-local cap = tonumber(ARGV[5])
+local cap = tonumber(ARGV[4])
 if ttl > cap then ttl = cap end
-redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl))
 if seq > 0 then
-    redis.call('HSET', KEYS[1], 'xseq', ARGV[7])
+    redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl), 'xseq', ARGV[5])
+else
+    redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl))
 end
-redis.call('PEXPIRE', KEYS[1], ttl + tonumber(ARGV[6]))
-registry_set(KEYS[2], KEYS[3], ARGV[4], now_ms + ttl, now_ms, false)
+redis.call('PEXPIRE', KEYS[1], ttl + LOCK_RETENTION_MS)
+registry_set(KEYS[2], KEYS[3], lock_member(KEYS[1]), now_ms + ttl, now_ms, false)
 return {1, ttl, now_ms}

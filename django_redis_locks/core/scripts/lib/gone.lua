@@ -9,10 +9,11 @@
 -- late). Holder ids are lowercase hex, so a kind letter is never part of one.
 local GONE_KEEP = 16
 
--- Record that the hold ``hid`` ended: ``entry`` is "R<hid>" or "X<hid>.<request id>".
-local function gone_add(hash_key, hid, entry)
+-- The recent releases with "R<hid>"/"X<hid>.<request id>" (``entry``) in front: ``list`` is the
+-- field's current value (nil: none); the caller writes the result to the field.
+local function gone_with(list, hid, entry)
     local entries = {entry}
-    for old in string.gmatch(redis.call('HGET', hash_key, 'gone') or '', '%S+') do
+    for old in string.gmatch(list or '', '%S+') do
         if #entries >= GONE_KEEP then
             break
         end
@@ -20,13 +21,18 @@ local function gone_add(hash_key, hid, entry)
             entries[#entries + 1] = old
         end
     end
-    redis.call('HSET', hash_key, 'gone', table.concat(entries, ' '))
+    return table.concat(entries, ' ')
 end
 
--- How the hold ``hid`` ended, if it is among the recent ones: "R", "X" or nil, and for "X"
--- the request id of the forced release.
-local function gone_kind(hash_key, hid)
-    local list = redis.call('HGET', hash_key, 'gone')
+-- Record that the hold ``hid`` ended: ``entry`` is "R<hid>" or "X<hid>.<request id>".
+local function gone_add(hash_key, hid, entry)
+    redis.call('HSET', hash_key, 'gone', gone_with(redis.call('HGET', hash_key, 'gone'), hid,
+        entry))
+end
+
+-- How the hold ``hid`` ended, if it is among the recent ones ``list`` (the field's value,
+-- nil: none): "R", "X" or nil, and for "X" the request id of the forced release.
+local function gone_in(list, hid)
     if not list then
         return nil, nil
     end
@@ -35,4 +41,9 @@ local function gone_kind(hash_key, hid)
         return nil, nil
     end
     return string.sub(list, at - 1, at - 1), string.match(list, '^%.(%S+)', at + 16)
+end
+
+-- The same, read from the hash ``hash_key``.
+local function gone_kind(hash_key, hid)
+    return gone_in(redis.call('HGET', hash_key, 'gone'), hid)
 end

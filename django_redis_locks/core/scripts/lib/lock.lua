@@ -7,8 +7,9 @@
 --                    session; told: the slice_end the first waiter was told about; xseq: the
 --                    last extend applied to the current hold; gone: recent releases (see
 --                    lib/gone); avg: how long holds last (ms, a moving average), for
---                    waiters' estimates. The key outlives the hold by a retention, so that the fence
---                    and the recent releases outlive it.
+--                    waiters' estimates. A release that leaves the lock free keeps only fence,
+--                    gone and avg, for RETENTION_MS (constants.py): a released name costs
+--                    little, and its fence and recent releases outlive the hold.
 -- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
 -- waiters_key  HASH  token -> "<ttl ms> <handoff 0|1> <session> <slice ms> <wake-up channel>
 --                    <metadata JSON>"; the channel is the waiting process's own, so that a
@@ -33,6 +34,17 @@
 
 -- Most dead waiters dropped, and most queue heads looked at, by one script: bounded work.
 local LOCK_PRUNE = 16
+-- How long what is left of a released name stays (ms), and the hand-over window and
+-- freshness of a waiter (see the hand-over above), from constants.py.
+local LOCK_RETENTION_MS = @RETENTION_MS@
+local LOCK_WINDOW_MS = @HANDOVER_WINDOW_MS@
+local LOCK_FRESH_MS = @FRESH_LEASE_MS@
+
+-- The registry member and start of wake-up messages of the lock ``lock_key``: "lock:<name>"
+-- (the name follows the key's hash tag and kind; a namespace has no braces).
+local function lock_member(lock_key)
+    return 'lock:' .. string.match(lock_key, '}:lock:(.*)$')
+end
 
 -- Leave the queue; return true if ``token`` was in it.
 local function lock_dequeue(queue_key, waiters_key, leases_key, token)
@@ -48,6 +60,9 @@ end
 -- ran out on the way, at most LOCK_PRUNE of them: past that it answers nil (as if nobody
 -- waited), and later scripts drop more.
 local function lock_queue_head(queue_key, waiters_key, leases_key, now_ms)
+    if redis.call('EXISTS', queue_key) == 0 then  -- nobody waits (the usual case)
+        return nil, nil
+    end
     local dead = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms, 'LIMIT', 0, LOCK_PRUNE)
     for _, token in ipairs(dead) do
         lock_dequeue(queue_key, waiters_key, leases_key, token)
@@ -92,26 +107,25 @@ end
 
 -- Make ``token`` the holder for ``ttl_ms`` with ``fence``, in the slice of ``session`` that
 -- ends at ``slice_end``.
-local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, fence, retention_ms, session,
-                          slice_end)
+local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, fence, session, slice_end)
     redis.call('HSET', lock_key, 'token', token, 'fence', fence,
         'acquired', string.format('%.0f', now_ms), 'expires', string.format('%.0f', now_ms + ttl_ms),
         'meta', meta, 'session', session, 'slice_end', string.format('%.0f', slice_end),
         'reserved', '0', 'xseq', '0')
-    redis.call('PEXPIRE', lock_key, ttl_ms + retention_ms)
+    redis.call('PEXPIRE', lock_key, ttl_ms + LOCK_RETENTION_MS)
 end
 
 -- Hand the lock to the queued waiter ``head`` (its ``record`` from lock_queue_head) and wake
 -- it on its own channel. A waiter that asked within the last moment (its lease has more than
--- ``fresh_ms`` left) and whose process hears the message (PUBLISH reaches a subscriber: the
+-- LOCK_FRESH_MS left) and whose process hears the message (PUBLISH reaches a subscriber: the
 -- process is alive) gets the lock for its full TTL, with the grant in the message
 -- ("<member>#<holder id>|<fence>|<ttl ms>|<granted at ms>"): it needs no round trip. Any
--- other gets it for the confirmation window ``window_ms`` only ("<member>#<holder id>"), which
--- it confirms if it lives. ``last`` is the stored fence. Returns how long the lock is kept for
--- the waiter (ms), 0 when it accepts no hand-over and was only woken to take the lock itself.
+-- other gets it for the confirmation window LOCK_WINDOW_MS only ("<member>#<holder id>"),
+-- which it confirms if it lives. ``last`` is the stored fence. Returns how long the lock is
+-- kept for the waiter (ms), 0 when it accepts no hand-over and was only woken to take the lock
+-- itself.
 local function lock_hand_over(lock_key, queue_key, waiters_key, leases_key, names_key,
-                              expiry_key, member, head, record, now_ms, now_us, retention_ms,
-                              window_ms, fresh_ms, last)
+                              expiry_key, member, head, record, now_ms, now_us, last)
     local lease = tonumber(redis.call('ZSCORE', leases_key, head) or '0')
     lock_dequeue(queue_key, waiters_key, leases_key, head)
     local ttl, handoff, session, slice, channel, meta =
@@ -123,8 +137,8 @@ local function lock_hand_over(lock_key, queue_key, waiters_key, leases_key, name
     end
     ttl = tonumber(ttl)
     local fence = lock_next_fence(last, now_us)
-    local kept = math.min(ttl, window_ms)
-    if lease - now_ms > fresh_ms then
+    local kept = math.min(ttl, LOCK_WINDOW_MS)
+    if lease - now_ms > LOCK_FRESH_MS then
         local told = wake .. '|' .. fence .. '|' .. ttl .. '|' .. string.format('%.0f', now_ms)
         if redis.call('PUBLISH', channel, told) > 0 then
             kept = ttl
@@ -132,8 +146,7 @@ local function lock_hand_over(lock_key, queue_key, waiters_key, leases_key, name
     else
         redis.call('PUBLISH', channel, wake)
     end
-    lock_grant(lock_key, head, kept, meta, now_ms, fence, retention_ms, session,
-        now_ms + tonumber(slice))
+    lock_grant(lock_key, head, kept, meta, now_ms, fence, session, now_ms + tonumber(slice))
     registry_set(names_key, expiry_key, member, now_ms + kept, now_ms, false)
     return kept
 end

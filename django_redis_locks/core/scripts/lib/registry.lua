@@ -6,9 +6,9 @@
 -- expiry_key  ZSET  member -> expiry (ms, server time): which entries to forget when
 -- member      "lock:<name>" or "sem:<name>"
 --
--- Both keys expire a little after the last entry they hold, and every new entry prunes a few
--- expired ones, so holders that crashed leave no trace. A release only marks its entry as
--- expired (one command, and the next acquire of the name just updates it); listings prune
+-- Both keys expire a little after the last entry they hold, and about one new entry in four
+-- prunes a few expired ones, so holders that crashed leave no trace. A release removes its entry at once
+-- (an empty set is no key at all), so a released name leaves nothing here; listings prune
 -- expired entries before they read.
 local REGISTRY_GRACE_MS = 1000
 local REGISTRY_SLACK_MS = 2000  -- extend by this much more, so that few writes need to
@@ -33,7 +33,9 @@ local function registry_set(names_key, expiry_key, member, expires_ms, now_ms, o
     end
     if added == 1 then  -- a new entry (an update leaves the name list as it is)
         redis.call('ZADD', names_key, 0, member)
-        registry_prune(names_key, expiry_key, now_ms, REGISTRY_PRUNE)
+        if now_ms % 4 == 0 then  -- now and then, forget entries of holders that crashed
+            registry_prune(names_key, expiry_key, now_ms, REGISTRY_PRUNE)
+        end
     end
     -- Both keys always get the same expiry: one look at it does for the two.
     local keep = expires_ms - now_ms + REGISTRY_GRACE_MS
@@ -43,7 +45,8 @@ local function registry_set(names_key, expiry_key, member, expires_ms, now_ms, o
     end
 end
 
--- The entry of ``member`` is no longer live: mark it expired (pruned later).
-local function registry_remove(names_key, expiry_key, member, now_ms)
-    redis.call('ZADD', expiry_key, 'XX', now_ms, member)
+-- The entry of ``member`` is no longer live: forget it.
+local function registry_remove(names_key, expiry_key, member)
+    redis.call('ZREM', expiry_key, member)
+    redis.call('ZREM', names_key, member)
 end
