@@ -138,7 +138,7 @@ def _execute(effect: Effect, backend: Backend) -> Any:
     if isinstance(effect, Eval):
         return run(backend.client, effect.call)
     if isinstance(effect, EvalMany):
-        return _all_replies(backend.run_many(effect.calls))
+        return _all_replies(backend.run_many(effect.calls), effect.calls, backend)
     if isinstance(effect, EvalWait):
         client = backend.node_client(effect.call.keys[0])
         replies = run_many(client, [effect.call], wait=(effect.replicas, effect.timeout_ms))
@@ -168,11 +168,37 @@ def _execute(effect: Effect, backend: Backend) -> Any:
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover
 
 
-def _all_replies(replies: list[Any]) -> list[Any]:
-    for reply in replies:
-        if isinstance(reply, BaseException):
-            raise reply
-    return replies
+def _all_replies(replies: list[Any], calls: tuple[Call, ...], backend: Backend) -> list[Any]:
+    """The replies, or the first error among them; on a Cluster, a LockBackendError that
+    names the slots and nodes whose scripts failed (a listing spans every master)."""
+    failed = [index for index, reply in enumerate(replies) if isinstance(reply, BaseException)]
+    if not failed:
+        return replies
+    first = replies[failed[0]]
+    if not (backend.cluster and isinstance(first, backend_errors())):
+        raise first
+    keys = [calls[index].keys[0] for index in failed]
+    slots = sorted({int(backend.client.keyslot(key)) for key in keys})
+    nodes = sorted({_node_name(backend, key) for key in keys})
+    shown = ", ".join(map(str, slots[:_SLOTS_SHOWN])) + (
+        ", ..." if len(slots) > _SLOTS_SHOWN else ""
+    )
+    error = LockBackendError(
+        f"Redis failed for {len(failed)} of {len(calls)} scripts, on {len(slots)} slots "
+        f"({shown}) served by {', '.join(nodes)}: {type(first).__name__}: {first}"
+    )
+    raise error from first
+
+
+def _node_name(backend: Backend, key: str) -> str:
+    try:
+        return backend.lane_name(key)
+    except Exception:  # the slot map may have no node for it right now
+        return "no known node"
+
+
+#: How many failed slots an error message lists.
+_SLOTS_SHOWN = 16
 
 
 def _eval_wait_result(replies: list[Any]) -> tuple[Any, int]:
@@ -218,7 +244,7 @@ async def _aexecute(effect: Effect, backend: Backend) -> Any:
     if isinstance(effect, Eval):
         return await run_async(await backend.aclient(), effect.call)
     if isinstance(effect, EvalMany):
-        return _all_replies(await backend.arun_many(effect.calls))
+        return _all_replies(await backend.arun_many(effect.calls), effect.calls, backend)
     if isinstance(effect, EvalWait):
         if backend.cluster:  # a WAIT must follow the write on one node connection
             replies = await _finish_in_thread(

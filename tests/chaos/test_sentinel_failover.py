@@ -46,6 +46,14 @@ from tests.harness.sentinel import SentinelGroup
 
 pytestmark = pytest.mark.chaos
 
+
+def limit(operation: str) -> float:
+    """How long a failed call may take: the bound (plus slack); a blocking acquire may first
+    wait for the lock, and finds out at its next attempt, a re-check interval later."""
+    wait = Lock.recheck_seconds if operation.startswith("acquire") else 0.0
+    return wait + BOUND + SLACK
+
+
 SOCKET_TIMEOUT = 0.5
 BOUND = 2 * SOCKET_TIMEOUT  # the reference's bound for a call during a failover
 SLACK = 0.5  # a loaded 2-core machine
@@ -170,8 +178,9 @@ def test_sentinel_failover_under_churn(
             entry["fence_after_min"] = min((h.fence for h in after), default=0)
             if not entry["fence_after_min"] > entry["fence_before_max"]:
                 problems.append(f"{name}: a fence after the failover is not larger")
-        if any(e - s > BOUND + SLACK for _, s, e in during):
-            problems.append(f"{name}: a call failed after more than {BOUND + SLACK} s")
+        late = [(op, s, e) for op, s, e in during if e - s > limit(op)]
+        if late:
+            problems.append(f"{name}: calls failed late: {late[:3]}")
         if any(e - fault_at > Lock.recheck_seconds + BOUND + SLACK for *_, e in waiting):
             problems.append(f"{name}: a waiting call failed late")
         results[name] = entry

@@ -203,16 +203,16 @@ def _cycle_backend(args: argparse.Namespace) -> tuple[redis.Redis | None, Backen
     import django
     from django.conf import settings
 
-    from tests.harness.django_caches import ALIAS, sentinel_settings
+    from tests.harness.django_caches import ALIAS, cluster_settings, sentinel_settings
 
     spec = json.loads(args.django)
-    sentinels = [(host, int(port)) for host, port in spec.pop("sentinels")]
-    project = sentinel_settings(
-        sentinels=sentinels,
-        socket_timeout=args.socket_timeout,
-        namespace=args.namespace,
-        **spec,
-    )
+    common = {"socket_timeout": args.socket_timeout, "namespace": args.namespace}
+    if spec["kind"] == "cluster":
+        nodes = [(host, int(port)) for host, port in spec["nodes"]]
+        project = cluster_settings(nodes=nodes, login=spec["login"], **common)
+    else:
+        sentinels = [(host, int(port)) for host, port in spec.pop("sentinels")]
+        project = sentinel_settings(sentinels=sentinels, **spec, **common)
     settings.configure(INSTALLED_APPS=["django_redis_locks"], USE_TZ=True, **project)
     django.setup()
     from django_redis_locks.connection import get_backend

@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from django.conf import settings
+from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 from django_redis_locks.connection import ClientFactory
 
-Kind = Literal["django_redis", "django", "factory"]
+Kind = Literal["django_redis", "django", "factory"]  # the ways to reach Sentinel
 KINDS: tuple[Kind, ...] = ("django_redis", "django", "factory")
 #: The cache alias the locks use in these settings.
 ALIAS = "locks"
@@ -82,4 +83,39 @@ class SentinelFactory(ClientFactory):
         sentinel = Sentinel(config["sentinels"], sentinel_kwargs=dict(timeouts))
         return sentinel.master_for(
             config["service"], username=user or None, password=password or None, **timeouts
+        )
+
+
+def cluster_settings(
+    *,
+    nodes: list[tuple[str, int]],
+    login: str = "",
+    socket_timeout: float = 0.5,
+    namespace: str = "drl",
+) -> dict[str, Any]:
+    """Settings whose locks reach a Redis Cluster through the reference's ``CLIENT_FACTORY``
+    (:class:`ClusterFactory`, configured by the project's own ``LOCKS_CLUSTER``)."""
+    return {
+        "CACHES": {ALIAS: {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}},
+        "DJANGO_REDIS_LOCKS": {
+            "CACHE_ALIAS": ALIAS,
+            "NAMESPACE": namespace,
+            "CLIENT_FACTORY": "tests.harness.django_caches.ClusterFactory",
+        },
+        "LOCKS_CLUSTER": {"nodes": nodes, "login": login, "socket_timeout": socket_timeout},
+    }
+
+
+class ClusterFactory(ClientFactory):
+    """The reference's ``CLIENT_FACTORY`` for a Redis Cluster."""
+
+    def get_client(self, alias: str) -> Any:
+        config = getattr(settings, "LOCKS_CLUSTER")  # noqa: B009 - a project setting
+        user, _, password = config["login"].rstrip("@").partition(":")
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in config["nodes"]],
+            username=user or None,
+            password=password or None,
+            socket_timeout=config["socket_timeout"],
+            socket_connect_timeout=config["socket_timeout"],
         )
