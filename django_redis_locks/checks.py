@@ -5,6 +5,8 @@
 - ``django_redis_locks.E003``: ``DJANGO_REDIS_LOCKS`` is invalid (or its factory fails).
 - ``django_redis_locks.W001``: the connection has no socket timeout.
 - ``django_redis_locks.W002``: locks share the ``default`` cache, whose ``clear()`` wipes them.
+- ``django_redis_locks.W003`` (``check --deploy``, which connects once): the lock Redis may
+  evict keys (its ``maxmemory-policy``), live locks included.
 """
 
 from __future__ import annotations
@@ -17,10 +19,18 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import SETTING_NAME, get_config
-from .connection import SUPPORTED_BACKENDS, backend_kind, get_client, load_factory, refusal
+from .connection import (
+    SUPPORTED_BACKENDS,
+    backend_kind,
+    get_backend,
+    get_client,
+    load_factory,
+    refusal,
+)
 from .core.errors import LockConfigurationError
+from .core.eviction import SAFE_POLICY, eviction_risk
 
-__all__ = ["check_settings"]
+__all__ = ["check_eviction", "check_settings"]
 
 _DOCS = "see the reference of DJANGO_REDIS_LOCKS in the django-redis-locks docs"
 _IN_PROCESS_CACHES = ("LocMemCache", "DummyCache")
@@ -98,3 +108,32 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
+
+
+@register(Tags.caches, deploy=True)
+def check_eviction(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Connects once to the lock server and reads its eviction policy."""
+    if any(message.is_serious() for message in check_settings()):
+        return []  # the settings are wrong already (reported by check_settings)
+    try:
+        backend = get_backend()
+        message = eviction_risk(backend.client)
+    except Exception as exc:
+        return [
+            Warning(
+                f"Could not read the lock Redis's maxmemory-policy ({type(exc).__name__}: {exc}).",
+                hint=f"Make sure it is {SAFE_POLICY}; grant the locks' user +info to let this "
+                "check read it.",
+                id="django_redis_locks.W003",
+            )
+        ]
+    if message is None:
+        return []
+    return [
+        Warning(
+            message[0].upper() + message[1:] + ".",
+            hint=f"CONFIG SET maxmemory-policy {SAFE_POLICY} (and in redis.conf), or the "
+            "maxmemory-policy parameter of a managed Redis.",
+            id="django_redis_locks.W003",
+        )
+    ]

@@ -11,6 +11,7 @@ The Django layer builds one Backend per cache alias; plain Python code passes a 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -25,6 +26,7 @@ from .clients import (
     is_standard_async_client,
 )
 from .errors import InvalidArgumentType, LockConfigurationError
+from .eviction import warn_if_evicting
 from .keys import KeySpace
 from .libraries import library_of
 from .scripting import Call, run, run_many, run_many_async
@@ -97,9 +99,25 @@ class Backend:
             weakref.WeakKeyDictionary()
         )
         self._mutex = threading.Lock()
+        self.used_in = 0  # the process that used it last (see first_use)
 
     def __repr__(self) -> str:
         return f"<Backend {self.name} namespace={self.keys.namespace!r}>"
+
+    def first_use(self) -> None:
+        """The first lock or semaphore call in a process (primitives call this when
+        ``used_in`` is not the process): check, in the background, that the server does not
+        evict keys (see :mod:`.eviction`)."""
+        with self._mutex:
+            if self.used_in == os.getpid():
+                return
+            self.used_in = os.getpid()
+        threading.Thread(
+            target=warn_if_evicting,
+            args=(self.client, self.name),
+            name="drl-eviction-check",
+            daemon=True,
+        ).start()
 
     # -- clients ------------------------------------------------------------------------
     async def aclient(self) -> Any:

@@ -40,6 +40,8 @@ from .validation import check_bool, check_name, check_ttl, check_wait
 
 __all__ = ["Primitive"]
 
+_getpid = os.getpid
+
 logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Keys)  # the primitive's keys (LockKeys, SemaphoreKeys)
@@ -222,7 +224,10 @@ class Primitive(Generic[K]):
     @property
     def backend(self) -> Backend:
         """The Backend this object talks to (the ``using`` alias is resolved on each call)."""
-        return self._backend if self._backend is not None else resolve_backend(self.using)
+        backend = self._backend if self._backend is not None else resolve_backend(self.using)
+        if backend.used_in != _getpid():
+            backend.first_use()
+        return backend
 
     @property
     def holder_id(self) -> str | None:

@@ -21,13 +21,15 @@ TIMEOUT_OPTIONS = {
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
 
 
-def lock_messages():
-    """This app's messages from every registered check (so the check must be registered)."""
-    return [m for m in checks.run_checks() if (m.id or "").startswith("django_redis_locks.")]
+def lock_messages(*, deploy=False):
+    """This app's messages from every registered check (so the check must be registered);
+    with ``deploy``, those of ``check --deploy`` too."""
+    found = checks.run_checks(include_deployment_checks=deploy)
+    return [m for m in found if (m.id or "").startswith("django_redis_locks.")]
 
 
-def lock_check_ids():
-    return [message.id for message in lock_messages()]
+def lock_check_ids(*, deploy=False):
+    return [message.id for message in lock_messages(deploy=deploy)]
 
 
 def caches_with_locks(redis_server, locks_entry):
@@ -172,12 +174,51 @@ def test_check_ids_are_the_documented_stable_strings(settings, make_server, redi
         ({"CACHE_ALIAS": "default"}, None),
         ({"CACHE_ALIAS": "locks"}, cache_entry(make_server().url, "django")),
     ]
+    evicting = make_server(extra_args=["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
+    scenarios.append(
+        ({"CACHE_ALIAS": "locks"}, cache_entry(evicting.url, "django", socket_timeout=5))
+    )
     for config, locks_entry in scenarios:
         settings.DJANGO_REDIS_LOCKS = config
         if locks_entry is not None:
             settings.CACHES = caches_with_locks(redis_server, locks_entry)
-        seen.update(lock_check_ids())
-    expected = {f"django_redis_locks.{code}" for code in ("E001", "E002", "E003", "W001", "W002")}
+        seen.update(lock_check_ids(deploy=True))
+    codes = ("E001", "E002", "E003", "W001", "W002", "W003")
+    expected = {f"django_redis_locks.{code}" for code in codes}
     assert seen == expected
     documented = set(re.findall(r"django_redis_locks\.[EW]\d{3}", REFERENCE.read_text()))
     assert documented == expected
+
+
+@pytest.mark.parametrize(
+    ("policy", "warned"),
+    [("allkeys-lru", True), ("volatile-lru", True), ("allkeys-lfu", True), ("noeviction", False)],
+)
+def test_check_deploy_warns_W003_when_the_lock_server_evicts_keys(
+    settings, make_server, redis_server, policy, warned
+) -> None:
+    server = make_server(extra_args=["--maxmemory", "64mb", "--maxmemory-policy", policy])
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks"}
+    settings.CACHES = caches_with_locks(
+        redis_server, cache_entry(server.url, "django_redis", socket_timeout=5)
+    )
+    assert "django_redis_locks.W003" not in lock_check_ids()  # only check --deploy connects
+    out = io.StringIO()
+    call_command("check", "--deploy", stdout=out, stderr=out)
+    shown = out.getvalue()
+    assert ("django_redis_locks.W003" in shown) is warned, shown
+    if warned:
+        assert f"maxmemory-policy {policy}" in shown
+        assert "maxmemory-policy noeviction" in shown
+
+
+def test_check_deploy_says_when_it_cannot_read_the_policy(settings, make_server, redis_server):
+    server = make_server()
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks"}
+    settings.CACHES = caches_with_locks(
+        redis_server, cache_entry(server.url, "django_redis", socket_timeout=0.5)
+    )
+    server.kill()
+    [message] = lock_messages(deploy=True)
+    assert message.id == "django_redis_locks.W003"
+    assert "Could not read" in message.msg and "noeviction" in (message.hint or "")

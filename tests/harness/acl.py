@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: What the library sends outside its scripts.
-CLIENT_COMMANDS = ("evalsha", "script|load", "subscribe", "ping", "wait", "role")
+CLIENT_COMMANDS = ("evalsha", "script|load", "subscribe", "ping", "wait", "role", "info")
 #: What its scripts call, in the order the rule lists them.
 SCRIPT_COMMANDS = (
     "time",
