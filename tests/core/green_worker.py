@@ -79,9 +79,9 @@ def hold(name: str) -> None:
         assert lock.acquire()
         rival = spawn(try_to_steal, name)
         sleep(WORK)
+        rival.kill()  # before the release: after it, the rival may take the name fairly
         lock.ensure_held()
         lock.release()
-        rival.kill()
     except Exception as exc:
         seen["errors"].append(f"{name}: {type(exc).__name__}: {exc}")  # type: ignore[attr-defined]
 
