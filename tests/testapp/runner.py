@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +98,7 @@ def intervals(path: Path) -> dict[int, tuple[int, int]]:
     return {r.pid: (starts[r.pid], r.ns) for r in records_of(path, "E")}
 
 
-def peak(spans: list[tuple[int, int]]) -> int:
+def peak(spans: Sequence[tuple[float, float]]) -> int:
     """The most spans open at one instant (a sweep; an end sorts before a start)."""
     events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
     inside = most = 0

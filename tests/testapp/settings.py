@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from tests.settings import redis_caches
+from tests.testapp.log_lines import LOGGING  # noqa: F401 - a setting
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -27,12 +28,3 @@ if os.environ.get("DRL_TEST_DATABASE"):
 
 CACHES = redis_caches(os.environ["DRL_TEST_REDIS_URL"])
 DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "NAMESPACE": os.environ["DRL_TEST_NAMESPACE"]}
-
-# Log lines the tests look for on stderr: "LOG <level> <logger>: <message>".
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "LOG %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"django_redis_locks": {"handlers": ["stderr"], "level": "WARNING"}},
-}

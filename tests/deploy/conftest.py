@@ -1,0 +1,122 @@
+"""The deployments under test, one at a time (module scope: started once for its checks),
+and their figures.
+
+When a deployment stops, one JSON object with its figures (runs, concurrency, contention
+answers, renewal, kill-to-free seconds, wall time, each check's outcome) is appended to
+``$DRL_ARTIFACTS/deploy-figures.json`` (default ``test-artifacts/``) and shown in the terminal
+summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Generator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy import web, workers
+from tests.deploy.deployment import Deployment, new_namespace
+from tests.harness.servers import find_server_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("DRL_ARTIFACTS") or ROOT / "test-artifacts")
+FIGURES_FILE = ARTIFACTS / "deploy-figures.json"
+RUN_ID = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+
+DEPLOYMENTS = [
+    ("gunicorn", "sync"),
+    ("gunicorn", "gthread"),
+    ("gunicorn", "gevent"),
+    ("gunicorn", "uvicorn"),
+    ("celery", "prefork"),
+    ("celery", "threads"),
+    ("celery", "gevent"),
+    ("django-tasks", "db_worker"),
+]
+
+_written: list[dict[str, Any]] = []
+
+
+def _make(server: str, pool: str, redis_url: str, workdir: Path) -> Deployment:
+    namespace = new_namespace()
+    if server == "gunicorn":
+        lacking = web.missing(pool)
+        if lacking:
+            pytest.skip(lacking)
+        return web.WebDeployment(pool, redis_url, workdir, namespace)
+    lacking = workers.missing(server, pool)
+    if lacking:
+        pytest.skip(lacking)
+    if server == "celery":
+        return workers.CeleryDeployment(pool, redis_url, workdir, namespace)
+    return workers.DbWorkerDeployment(redis_url, workdir, namespace)
+
+
+@pytest.fixture(scope="module", params=DEPLOYMENTS, ids=[f"{s}-{p}" for s, p in DEPLOYMENTS])
+def deployment(
+    request: pytest.FixtureRequest, redis_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """A running deployment of the test project, stopped (for sure) after its checks."""
+    server, pool = request.param
+    workdir = tmp_path_factory.mktemp(f"{server}-{pool}")
+    started = _make(server, pool, redis_server.url, workdir)
+    try:
+        started.start()
+        yield started
+    finally:
+        started.close()
+        _record(started.figures)
+
+
+def _record(figures: dict[str, Any]) -> None:
+    record = {
+        **figures,
+        "run": RUN_ID,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "redis": str(find_server_binary()),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with FIGURES_FILE.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
+    _written.append(record)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    found = getattr(item, "funcargs", {}).get("deployment")
+    if isinstance(found, Deployment) and (report.when == "call" or report.failed):
+        outcomes = found.figures.setdefault("outcomes", {})
+        outcomes[getattr(item, "originalname", item.name)] = report.outcome
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _written:
+        return
+    terminalreporter.section("deployment figures")
+    keys = ("runs", "max_concurrency", "control_max_concurrency", "contention_answers")
+    for record in _written:
+        shown = {key: record.get(key) for key in keys}
+        shown.update(
+            retry_after=record.get("retry_after"),
+            renewal_held_s=record.get("renewal_held_s"),
+            renewal_refusals=record.get("renewal_refusals"),
+            kill_to_free_s=record.get("kill_to_free_s"),
+            wall_s=record.get("wall_s"),
+        )
+        terminalreporter.write_line(
+            f"{record['server']}-{record['pool']}: "
+            + ", ".join(f"{key}={value}" for key, value in shown.items())
+            + f"  {record.get('outcomes', {})}"
+        )
+    terminalreporter.write_line(f"(appended to {FIGURES_FILE})")
