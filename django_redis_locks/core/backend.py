@@ -28,7 +28,7 @@ from .clients import (
 from .errors import InvalidArgumentType, LockConfigurationError
 from .eviction import warn_if_evicting
 from .keys import KeySpace
-from .libraries import library_of
+from .libraries import library_of, node_client
 from .scripting import Call, run, run_many, run_many_async
 from .validation import check_ttl
 from .wakeup import WakeupHub, hub_for
@@ -153,7 +153,7 @@ class Backend:
     def node_client(self, key: str) -> Any:
         """A sync client whose pipelines run on the one connection serving ``key``."""
         if self.cluster:
-            return self.client.get_node_from_key(key).redis_connection
+            return node_client(self.client.get_node_from_key(key))
         return self.client
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:

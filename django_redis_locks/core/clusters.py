@@ -15,7 +15,7 @@ from typing import Any
 
 from .client_settings import connection_settings, describe, pool_bounds
 from .errors import LockConfigurationError
-from .libraries import ClientLibrary
+from .libraries import ClientLibrary, node_client
 
 __all__ = ["async_cluster", "bounded_cluster", "sync_cluster"]
 
@@ -51,7 +51,7 @@ def _nodes(client: Any) -> list[tuple[str, int]]:
 def bounded_cluster(library: ClientLibrary, client: Any) -> Any:
     """The bounded sibling of the sync cluster ``client``."""
     node = client.get_default_node()
-    pool = node.redis_connection.connection_pool
+    pool = node_client(node).connection_pool
     settings = connection_settings(
         _carried(pool.connection_kwargs), pool.connection_class, source=describe(client)
     )
@@ -89,7 +89,7 @@ def async_cluster(library: ClientLibrary, client: Any) -> Any:
     """An asyncio twin of the sync cluster ``client``: bounded retry, and callers wait for a
     free connection when as many commands as a node pool holds are in flight."""
     node = client.get_default_node()
-    pool = node.redis_connection.connection_pool
+    pool = node_client(node).connection_pool
     settings = _carried(pool.connection_kwargs)
     if issubclass(pool.connection_class, library.connections["SSLConnection"][0]):
         settings["ssl"] = True  # (an asyncio cluster client picks its connection class)

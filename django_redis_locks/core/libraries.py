@@ -21,6 +21,7 @@ __all__ = [
     "backend_errors",
     "library_of",
     "no_script_errors",
+    "node_client",
 ]
 
 #: The packages supported, with the name users know them by.
@@ -163,6 +164,13 @@ def library_of(client: object) -> ClientLibrary | None:
         if package in _PACKAGES:
             return _library(package)
     return None
+
+
+def node_client(node: Any) -> Any:
+    """The client of one node of a cluster client: ``redis_connection`` in redis-py,
+    ``valkey_connection`` in valkey-py."""
+    library = library_of(node)
+    return getattr(node, f"{library.package if library is not None else 'redis'}_connection")
 
 
 def backend_errors() -> tuple[type[Exception], ...]:
