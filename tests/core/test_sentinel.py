@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 from django.test import override_settings
-from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
@@ -62,7 +62,7 @@ def test_a_call_on_a_stalled_primary_fails_within_one_socket_timeout(
     """Regression: a Sentinel client was used with its own retry policy (here three retries
     with back-off, as a project may configure), so a lock call on a stalled primary took
     several socket timeouts and the back-offs between them."""
-    client = master_client(group, retry=Retry(ExponentialWithJitterBackoff(base=1, cap=10), 3))
+    client = master_client(group, retry=Retry(ExponentialBackoff(cap=10, base=1), 3))
     backend = Backend(client, namespace=namespace)
     lock = Lock("stalled", client=backend, timeout=5)
     assert lock.acquire(blocking=False)
@@ -132,7 +132,7 @@ def test_every_documented_django_configuration_reaches_the_primary(
         try:
             backend = get_backend(ALIAS)
             retry = backend.client.connection_pool.connection_kwargs["retry"]
-            assert retry.get_retries() == 1  # the library's bounded policy, not redis-py's
+            assert retry._retries == 1  # the library's bounded policy, not redis-py's
             with Lock("sync", using=ALIAS, timeout=5) as lock:
                 assert lock.fence is not None
                 with Semaphore("slots", 2, using=ALIAS, timeout=5):
