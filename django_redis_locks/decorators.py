@@ -21,16 +21,14 @@ and ``Retry-After`` instead. Redis errors fail closed (LockBackendError, or
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import logging
 import math
-import string
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
+from json.encoder import encode_basestring
 from typing import Any, Final, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
-from urllib.parse import quote
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -46,7 +44,8 @@ from .core.errors import (
     LockNotReplicated,
 )
 from .core.lock import Lock, Replicas, _check_replicas
-from .core.validation import MAX_NAME_BYTES, check_bool, check_name, check_ttl, check_wait
+from .core.validation import check_bool, check_ttl, check_wait
+from .lock_names import Namer, Unbindable, signature_of
 
 __all__ = ["SKIPPED", "redis_lock"]
 
@@ -63,12 +62,6 @@ OnRedisError = Literal["fail_closed", "fail_open"]
 #: A ``skip_result`` for tasks: a plain string (task results must serialise as JSON) that no
 #: real run returns, so ``result == SKIPPED`` tells a run skipped for the lock from one that ran.
 SKIPPED: Final = "django_redis_locks:skipped"
-#: Longest encoded value kept as is in a name; longer ones become a digest.
-MAX_VALUE_CHARS = 64
-#: A name longer than MAX_NAME_BYTES keeps this many bytes, then "~" and a digest of all of it.
-_DIGEST_CHARS = 40
-_SAFE = "-._@+=,!"  # left as is by the encoding; everything else is %XX (also "~", which
-# marks a digest: no encoded value can pass for the digest of another)
 
 
 class _Keeping(Protocol):
@@ -215,8 +208,7 @@ def redis_lock(
         if not callable(func):
             raise InvalidArgumentType("func", f"@redis_lock decorates callables, not {func!r}")
         _refuse_generators(func)
-        signature = _signature(func)
-        namer = _Namer(key, signature, func)
+        namer = Namer(key, signature_of(func), _label(func))
         guard = _Guard(
             func,
             namer,
@@ -242,104 +234,6 @@ def redis_lock(
     return decorate
 
 
-# -- names ----------------------------------------------------------------------------------
-def encode_value(value: object) -> str:
-    """One template value as it appears in a lock name: percent-encoded, bounded."""
-    text = str(value)
-    # quote() never escapes "~" itself; lone surrogates are encoded, not refused.
-    encoded = quote(text, safe=_SAFE, errors="surrogatepass").replace("~", "%7E")
-    if len(encoded) > MAX_VALUE_CHARS:
-        return "~" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    return encoded
-
-
-class _EncodingFormatter(string.Formatter):
-    def format_field(self, value: Any, format_spec: str) -> str:
-        return encode_value(super().format_field(value, format_spec))
-
-
-_FORMATTER = _EncodingFormatter()
-
-
-def bounded_name(name: str) -> str:
-    """``name`` if it fits MAX_NAME_BYTES; else its first bytes, "~" and a digest of all of it:
-    the same name always gives the same result, and distinct names distinct results."""
-    encoded = name.encode("utf-8", "surrogatepass")
-    if len(encoded) <= MAX_NAME_BYTES:
-        return name
-    keep = MAX_NAME_BYTES - 1 - _DIGEST_CHARS
-    head = encoded[:keep].decode("utf-8", "ignore")  # (cut between characters)
-    return f"{head}~{hashlib.sha256(encoded).hexdigest()[:_DIGEST_CHARS]}"
-
-
-def _signature(func: Callable[..., Any]) -> inspect.Signature:
-    # method_decorator hands decorators a partial of the bound method, "wrapping" the
-    # unbound one: its own signature (without self) is the one calls bind to.
-    follow = not isinstance(func, functools.partial)
-    return inspect.signature(func, follow_wrapped=follow)
-
-
-class _Namer:
-    """Turns a call's arguments into the lock name."""
-
-    def __init__(
-        self, key: str | Callable[..., str], signature: inspect.Signature, func: Any
-    ) -> None:
-        self.key = key
-        self.signature = signature
-        self.var_keyword = next(
-            (
-                p.name
-                for p in signature.parameters.values()
-                if p.kind is inspect.Parameter.VAR_KEYWORD
-            ),
-            None,
-        )
-        #: Whether naming may read ``request.user``: an async view then loads the user the
-        #: async way first (a callable key may read anything).
-        self.reads_user = not isinstance(key, str)
-        if isinstance(key, str):
-            self._check_template(key, func)
-
-    def _check_template(self, template: str, func: Any) -> None:
-        try:
-            fields = [field for _, field, _, _ in _FORMATTER.parse(template) if field is not None]
-        except ValueError as exc:
-            raise InvalidArgument("key", f"is not a valid template: {exc}") from None
-        self.reads_user = any(".user" in field for field in fields)
-        for field in fields:
-            root = field.split(".", 1)[0].split("[", 1)[0]
-            if not root or root.isdigit():
-                raise InvalidArgument("key", f"fields must name parameters, not {{{field}}}")
-            if root not in self.signature.parameters and self.var_keyword is None:
-                raise InvalidArgument(
-                    "key",
-                    f"field {{{field}}} names no parameter of {_label(func)}{self.signature}",
-                )
-
-    def name(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-        if not isinstance(self.key, str):
-            name: object = self.key(*args, **kwargs)
-            return check_name(bounded_name(name) if isinstance(name, str) else name, "key")
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError:
-            raise _Unbindable from None
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        if self.var_keyword is not None:
-            values.update(values.pop(self.var_keyword, {}))
-        try:
-            name = _FORMATTER.vformat(self.key, (), values)
-        except (KeyError, AttributeError, IndexError, TypeError) as exc:
-            raise InvalidArgument("key", f"template {self.key!r} failed: {exc!r}") from exc
-        return check_name(bounded_name(name), "key")
-
-
-class _Unbindable(Exception):
-    """The call's arguments do not fit the function: calling it will raise its TypeError."""
-
-
 # -- calls ----------------------------------------------------------------------------------
 class _Guard:
     """Runs one decorated call: name, lock, policies."""
@@ -347,7 +241,7 @@ class _Guard:
     def __init__(
         self,
         func: Callable[..., Any],
-        namer: _Namer,
+        namer: Namer,
         options: dict[str, Any],
         on_contention: OnContention,
         *,
@@ -361,18 +255,25 @@ class _Guard:
         self.skip_result = skip_result
         self.on_redis_error = on_redis_error
         self.label = _label(func)
+        # Made (and its options checked) once; each call gets a copy for its name.
+        self.template = Lock("decorated", metadata={"label": self.label}, **options)
+        self.label_json = f'"label":{encode_basestring(self.label)}'
 
     def _lock(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Lock | None:
         """The call's lock, or None when the arguments do not bind (the call will fail)."""
         try:
             name = self.namer.name(args, kwargs)
-        except _Unbindable:
+        except Unbindable:
             return None
-        metadata: dict[str, Any] = {"label": self.label}
         request = _request_of(args)
-        if request is not None:
-            metadata["request"] = f"{request.method} {request.path}"[:200]
-        return Lock(name, metadata=metadata, **self.options)
+        if request is None:
+            return self.template._derived(name, {"label": self.label}, self.label_json)
+        shown = f"{request.method} {request.path}"[:200]
+        return self.template._derived(
+            name,
+            {"label": self.label, "request": shown},
+            f'{self.label_json},"request":{encode_basestring(shown)}',
+        )
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         lock = self._lock(args, kwargs)

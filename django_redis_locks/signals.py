@@ -38,11 +38,13 @@ __all__ = [
     "hold_released",
 ]
 
-hold_acquired = Signal()
-hold_released = Signal()
-hold_contended = Signal()
-hold_lost = Signal()
-hold_force_released = Signal()
+# Cached per sender (Lock, Semaphore): each operation asks whether anyone listens, and the
+# answer then costs a dictionary look-up (connecting or disconnecting a receiver clears it).
+hold_acquired = Signal(use_caching=True)
+hold_released = Signal(use_caching=True)
+hold_contended = Signal(use_caching=True)
+hold_lost = Signal(use_caching=True)
+hold_force_released = Signal(use_caching=True)
 
 _SIGNALS = {
     "acquired": hold_acquired,

@@ -26,7 +26,7 @@ from .clients import (
     is_standard_async_client,
 )
 from .errors import InvalidArgumentType, LockConfigurationError
-from .eviction import warn_if_evicting
+from .eviction import awarn_if_evicting, warn_if_evicting
 from .keys import KeySpace
 from .libraries import library_of, node_client
 from .scripting import Call, run, run_many, run_many_async
@@ -99,25 +99,22 @@ class Backend:
             weakref.WeakKeyDictionary()
         )
         self._mutex = threading.Lock()
-        self.used_in = 0  # the process that used it last (see first_use)
+        self.checked_in = 0  # the process that checked the eviction policy (check_eviction)
 
     def __repr__(self) -> str:
         return f"<Backend {self.name} namespace={self.keys.namespace!r}>"
 
-    def first_use(self) -> None:
-        """The first lock or semaphore call in a process (primitives call this when
-        ``used_in`` is not the process): check, in the background, that the server does not
-        evict keys (see :mod:`.eviction`)."""
-        with self._mutex:
-            if self.used_in == os.getpid():
-                return
-            self.used_in = os.getpid()
-        threading.Thread(
-            target=warn_if_evicting,
-            args=(self.client, self.name),
-            name="drl-eviction-check",
-            daemon=True,
-        ).start()
+    def check_eviction(self) -> None:
+        """After the first call in a process that Redis answered: warn if the server may
+        evict keys (see :mod:`.eviction`). The driver calls it while ``checked_in`` is not
+        this process; it costs one round trip, once."""
+        self.checked_in = os.getpid()
+        warn_if_evicting(self.client, self.name)
+
+    async def acheck_eviction(self) -> None:
+        """Asyncio twin of :meth:`check_eviction`."""
+        self.checked_in = os.getpid()
+        await awarn_if_evicting(await self.aclient(), self.name)
 
     # -- clients ------------------------------------------------------------------------
     async def aclient(self) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+_getpid = os.getpid
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,8 @@ def drive(operation: Operation[T], backend: Backend) -> T:
         try:
             effect = operation.send(value) if error is None else operation.throw(error)
         except StopIteration as stop:
+            if backend.checked_in != _getpid() and value is not None:
+                backend.check_eviction()  # the first answer from Redis in this process
             return stop.value  # type: ignore[no-any-return]
         value, error = None, None
         try:
@@ -224,6 +228,8 @@ async def adrive(operation: Operation[T], backend: Backend) -> T:
         try:
             effect = operation.send(value) if error is None else operation.throw(error)
         except StopIteration as stop:
+            if backend.checked_in != _getpid() and value is not None:
+                await backend.acheck_eviction()  # the first answer from Redis in this process
             return stop.value  # type: ignore[no-any-return]
         value, error = None, None
         try:

@@ -3,9 +3,9 @@
 Every key of a lock or semaphore has a TTL, so ``volatile-*`` policies evict them as readily
 as ``allkeys-*``; only ``noeviction`` (or no memory limit at all) keeps a live hold until its
 owner releases it or its TTL runs out. The policy is read from ``INFO memory`` (every master
-of a Cluster): once per process and Backend, in the background, on first use
-(:meth:`.backend.Backend.first_use`), and by the Django check ``django_redis_locks.W003``
-(``manage.py check --deploy``).
+of a Cluster): once per process and Backend, right after the first call that Redis answered
+(:meth:`.backend.Backend.check_eviction`, one round trip), and by the Django check
+``django_redis_locks.W003`` (``manage.py check --deploy``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SAFE_POLICY", "eviction_risk", "policy_message"]
+__all__ = [
+    "SAFE_POLICY",
+    "awarn_if_evicting",
+    "eviction_risk",
+    "policy_message",
+    "warn_if_evicting",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -22,9 +28,8 @@ logger = logging.getLogger(__name__)
 SAFE_POLICY = "noeviction"
 
 
-def _memory_sections(client: Any) -> list[Mapping[str, Any]]:
+def _memory_sections(info: Any) -> list[Mapping[str, Any]]:
     """``INFO memory`` of the server, or of each node of a Cluster."""
-    info = client.info("memory")
     if isinstance(info, Mapping) and "maxmemory_policy" not in info:
         return [section for section in info.values() if isinstance(section, Mapping)]
     return [info]
@@ -43,10 +48,8 @@ def policy_message(policy: str, maxmemory: int) -> str | None:
     )
 
 
-def eviction_risk(client: Any) -> str | None:
-    """Read the server's policy; a message if it may evict lock keys, else None. Raises what
-    the client raises (a connection error, or NOPERM for a user without ``+info``)."""
-    for section in _memory_sections(client):
+def _risk(info: Any) -> str | None:
+    for section in _memory_sections(info):
         policy = section.get("maxmemory_policy")
         message = policy_message(str(policy), int(section.get("maxmemory", 0) or 0))
         if policy is not None and message is not None:
@@ -54,19 +57,43 @@ def eviction_risk(client: Any) -> str | None:
     return None
 
 
+def eviction_risk(client: Any) -> str | None:
+    """Read the server's policy; a message if it may evict lock keys, else None. Raises what
+    the client raises (a connection error, or NOPERM for a user without ``+info``)."""
+    return _risk(client.info("memory"))
+
+
 def warn_if_evicting(client: Any, name: str) -> None:
     """Log a WARNING if the server behind ``client`` may evict lock keys (never raises)."""
     try:
         message = eviction_risk(client)
     except Exception as exc:  # a refusal or an outage: say so quietly, the locks work on
-        logger.info(
-            "could not read the eviction policy of %s (%s: %s); make sure its "
-            "maxmemory-policy is %s (grant +info to let the library check)",
-            name,
-            type(exc).__name__,
-            exc,
-            SAFE_POLICY,
-        )
+        _unread(name, exc)
         return
+    _report(name, message)
+
+
+async def awarn_if_evicting(client: Any, name: str) -> None:
+    """Asyncio twin of :func:`warn_if_evicting` (``client`` is an asyncio client)."""
+    try:
+        message = _risk(await client.info("memory"))
+    except Exception as exc:
+        _unread(name, exc)
+        return
+    _report(name, message)
+
+
+def _unread(name: str, exc: Exception) -> None:
+    logger.info(
+        "could not read the eviction policy of %s (%s: %s); make sure its maxmemory-policy is "
+        "%s (grant +info to let the library check)",
+        name,
+        type(exc).__name__,
+        exc,
+        SAFE_POLICY,
+    )
+
+
+def _report(name: str, message: str | None) -> None:
     if message is not None:
         logger.warning("%s: %s.", name, message)

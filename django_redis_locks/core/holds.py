@@ -66,6 +66,7 @@ class Hold:
     lost_reason: str | None = None
     on_lost: Callable[[str], None] | None = None  # tells the primitive (logs, events, on_lost)
     renewed: bool = False  # handed to the renewer
+    lane: Any = None  # the renewer's lane that renews it now (None: none)
     release_sent: bool = False  # a release was sent: its reply may have been lost
     extends: int = 0  # extend() calls so far: their sequence number, so a resend counts once
     generation: int = 0

@@ -40,8 +40,6 @@ from .validation import check_bool, check_name, check_ttl, check_wait
 
 __all__ = ["Primitive"]
 
-_getpid = os.getpid
-
 logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Keys)  # the primitive's keys (LockKeys, SemaphoreKeys)
@@ -97,6 +95,19 @@ class Primitive(Generic[K]):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+    def _derived(self, name: str, metadata: dict[str, Any], metadata_json: str) -> Self:
+        """A new object with this one's options for ``name`` and ``metadata`` (both checked
+        already; ``metadata_json`` as :func:`.holder.metadata_json` gives it): what the
+        decorator makes per call, without checking the same options again."""
+        derived = object.__new__(type(self))
+        derived.__dict__.update(self.__dict__)
+        derived.name = name
+        derived.metadata = metadata
+        derived._metadata_json = metadata_json
+        derived._holds = weakref.WeakKeyDictionary()
+        derived._keys = None
+        return derived
 
     # -- hooks for subclasses --------------------------------------------------------------
     def _make_keys(self, backend: Backend) -> K:
@@ -224,10 +235,7 @@ class Primitive(Generic[K]):
     @property
     def backend(self) -> Backend:
         """The Backend this object talks to (the ``using`` alias is resolved on each call)."""
-        backend = self._backend if self._backend is not None else resolve_backend(self.using)
-        if backend.used_in != _getpid():
-            backend.first_use()
-        return backend
+        return self._backend if self._backend is not None else resolve_backend(self.using)
 
     @property
     def holder_id(self) -> str | None:

@@ -269,13 +269,16 @@ class Renewer:
 
     def add(self, renewal: Renewal) -> None:
         """Renew ``renewal.hold`` every third of its TTL from now on."""
-        self._lane(renewal.hold.backend, renewal.call.keys[0]).add(renewal)
+        lane = self._lane(renewal.hold.backend, renewal.call.keys[0])
+        renewal.hold.lane = lane
+        lane.add(renewal)
 
     def remove(self, hold: Hold) -> None:
         """Stop renewing ``hold`` (no-op if it is not renewed)."""
-        for lane in self._all_lanes(hold.backend):
-            if lane.remove(hold):
-                return
+        lane = hold.lane
+        if lane is not None:
+            hold.lane = None
+            lane.remove(hold)
 
     def reclaim(self, backend: Any, call: Call, lifetime: float, what: str) -> None:
         """Send ``call`` (a token-checked release) as soon as Redis answers, and again while

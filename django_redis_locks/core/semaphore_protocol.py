@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import RETENTION_MS, SemaphoreKeys
-from .lock_protocol import FRESH_LEASE_MS, HANDOVER_WINDOW_MS
+from .keys import SemaphoreKeys
 from .replies import Acquired, Contended, decode_acquired
 from .scripting import Call, load
 
@@ -59,19 +58,7 @@ def acquire_call(
     return Call(
         load("sem_acquire"),
         _all(keys),
-        (
-            token,
-            limit,
-            ttl_ms,
-            metadata,
-            keys.member,
-            "queue" if queue else "try",
-            lease_ms,
-            channel,
-            HANDOVER_WINDOW_MS,
-            RETENTION_MS,
-            FRESH_LEASE_MS,
-        ),
+        (token, limit, ttl_ms, metadata, "queue" if queue else "try", lease_ms, channel),
     )
 
 
@@ -95,20 +82,12 @@ def release_call(keys: SemaphoreKeys, token: str, *, forced: bool = False) -> Ca
     return Call(
         load("sem_release"),
         _all(keys),
-        (
-            token,
-            "holder" if forced else "token",
-            keys.member,
-            HANDOVER_WINDOW_MS,
-            RETENTION_MS,
-            secrets.token_hex(4) if forced else "-",
-            FRESH_LEASE_MS,
-        ),
+        (token, "holder" if forced else "token", secrets.token_hex(4) if forced else "-"),
     )
 
 
 def refresh_call(keys: SemaphoreKeys, token: str, ttl_ms: int) -> Call:
-    return Call(load("sem_refresh"), _all(keys), (token, ttl_ms, keys.member, RETENTION_MS))
+    return Call(load("sem_refresh"), _all(keys), (token, ttl_ms))
 
 
 def state_call(keys: SemaphoreKeys, token: str | None) -> Call:

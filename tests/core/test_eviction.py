@@ -1,10 +1,11 @@
-"""A lock server that may evict keys is reported on first use in a process, once."""
+"""A lock server that may evict keys is reported on first use in a process, once: right
+after the first call Redis answered, in the caller's own flow (no thread, no extra
+connection)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
-import time
 
 import pytest
 import redis
@@ -14,15 +15,6 @@ from django_redis_locks.core.eviction import eviction_risk, policy_message
 from tests.harness.plugin import MakeServer
 
 EVICTING = ["allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-ttl"]
-
-
-def _checks_done(timeout: float = 5.0) -> None:
-    """Wait for the background eviction checks of this process to finish."""
-    deadline = time.monotonic() + timeout
-    for thread in threading.enumerate():
-        if thread.name == "drl-eviction-check":
-            thread.join(max(deadline - time.monotonic(), 0.01))
-            assert not thread.is_alive(), "the eviction check did not finish"
 
 
 def _backend(server: object, namespace: str) -> Backend:
@@ -40,7 +32,12 @@ def test_first_use_warns_once_when_the_server_may_evict_lock_keys(
         pass
     with Semaphore("exports", 2, client=backend, timeout=5):
         pass
-    _checks_done()
+
+    async def asyncio_use() -> None:
+        async with Lock("nightly", client=backend, timeout=5):
+            pass
+
+    asyncio.run(asyncio_use())
     warnings = [r for r in caplog.records if r.name == "django_redis_locks.core.eviction"]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     message = warnings[0].getMessage()
@@ -66,7 +63,6 @@ def test_no_warning_when_nothing_can_be_evicted(
     caplog.set_level(logging.INFO, logger="django_redis_locks.core.eviction")
     with Lock("nightly", client=backend, timeout=5):
         pass
-    _checks_done()
     assert [r.getMessage() for r in caplog.records if r.name.endswith("eviction")] == []
     assert eviction_risk(backend.client) is None
 
@@ -84,3 +80,19 @@ def test_the_message_names_the_setting_and_the_cluster_shape_is_read(
         assert eviction_risk(client) is None
     finally:
         client.close()
+
+
+def test_an_asyncio_first_use_checks_too(
+    make_server: MakeServer, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = make_server(extra_args=["--maxmemory", "64mb", "--maxmemory-policy", "volatile-lfu"])
+    backend = _backend(server, namespace)
+    caplog.set_level(logging.WARNING, logger="django_redis_locks.core.eviction")
+
+    async def use() -> None:
+        async with Semaphore("exports", 2, client=backend, timeout=5):
+            pass
+
+    asyncio.run(use())
+    [warning] = [r for r in caplog.records if r.name == "django_redis_locks.core.eviction"]
+    assert "maxmemory-policy volatile-lfu" in warning.getMessage()

@@ -53,7 +53,7 @@ from django_redis_locks.core.validation import (
     to_millis,
 )
 from django_redis_locks.core.wakeup import split_message
-from django_redis_locks.decorators import MAX_VALUE_CHARS, _Namer, encode_value
+from django_redis_locks.lock_names import MAX_VALUE_CHARS, Namer, Unbindable, encode_value
 
 #: The longest kind word with its separators: ``<ns>:{255}:lockq:`` is namespace + 13.
 _FIXED_PART = len(":{255}:lockq:")
@@ -374,7 +374,7 @@ def _charge(request: object, order_id: object, page: object = 1) -> None:
 def test_a_template_names_distinct_calls_distinctly_within_the_name_limit(
     first: object, page: object, second: object, other_page: object
 ) -> None:
-    namer = _Namer("order:{order_id}:page:{page}", inspect.signature(_charge), _charge)
+    namer = Namer("order:{order_id}:page:{page}", inspect.signature(_charge), "_charge")
     name = namer.name((None, first, page), {})
     other = namer.name((None, second, other_page), {})
     check_name(name)
@@ -397,3 +397,48 @@ def test_a_lone_surrogate_in_a_template_value_is_encoded_not_raised() -> None:
     """Regression: a lone surrogate (e.g. from JSON "\\ud800") raised UnicodeEncodeError."""
     assert encode_value("\ud800") == "%ED%A0%80"
     assert encode_value("a\udc00" * 40).startswith("~")
+
+
+def _general_name(namer: Namer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The name by the general path (Signature.bind and string.Formatter), for comparison."""
+    compiled, namer._compiled = namer._compiled, None
+    try:
+        return namer.name(args, kwargs)
+    finally:
+        namer._compiled = compiled
+
+
+@given(
+    TEMPLATE_VALUES,
+    TEMPLATE_VALUES,
+    st.sampled_from(["positional", "keyword", "default"]),
+)
+def test_the_compiled_template_names_every_call_as_the_general_path_does(
+    order_id: object, page: object, how: str
+) -> None:
+    namer = Namer("order:{order_id}:page:{page}", inspect.signature(_charge), "_charge")
+    assert namer._compiled is not None  # plain parameter names: compiled
+    args: tuple[Any, ...] = (None, order_id, page)
+    kwargs: dict[str, Any] = {}
+    if how == "keyword":
+        args, kwargs = (None,), {"order_id": order_id, "page": page}
+    elif how == "default":
+        args = (None, order_id)
+    assert namer.name(args, kwargs) == _general_name(namer, args, kwargs)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((None,), {}),  # order_id missing
+        ((None, 1, 2, 3), {}),  # one too many
+        ((None, 1), {"order_id": 2}),  # given twice
+        ((None, 1), {"nope": 2}),  # no such parameter
+    ],
+)
+def test_a_call_whose_arguments_do_not_fit_is_unbindable_on_the_compiled_path_too(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    namer = Namer("order:{order_id}:page:{page}", inspect.signature(_charge), "_charge")
+    with pytest.raises(Unbindable):
+        namer.name(args, kwargs)

@@ -12,14 +12,13 @@
 -- ARGV[2]  limit (>= 1)
 -- ARGV[3]  holder ttl in milliseconds (> 0)
 -- ARGV[4]  holder metadata (JSON text, stored as is)
--- ARGV[5]  registry member ("sem:<name>"); also the start of wake-up messages (wakeup.py)
--- ARGV[6]  "try": never queue; "queue": take (or keep) a place in the queue if not admitted
--- ARGV[7]  waiter lease in milliseconds: a queued waiter that does not come back within it
---          loses its place
--- ARGV[8]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
--- ARGV[9]  admission window in milliseconds (see lib/semaphore)
--- ARGV[10] retention in milliseconds of the recent releases once nobody holds or waits
--- ARGV[11] a waiter whose lease has more than this many ms left asked a moment ago
+-- ARGV[5]  "try": never queue; "queue": take (or keep) a place in the queue if not admitted
+-- ARGV[6]  waiter lease in milliseconds ("queue" only): a queued waiter that does not come
+--          back within it loses its place
+-- ARGV[7]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
+--
+-- The registry member ("sem:<name>"), also the start of wake-up messages (wakeup.py), comes
+-- from KEYS[1].
 --
 -- Reply:
 --   {1, ticket, ttl_ms, now_ms, 0}   admitted
@@ -48,21 +47,24 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local token = ARGV[1]
 local limit = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
-local retention = tonumber(ARGV[10])
+local member = semaphore_member(KEYS[1])
+local waiting = redis.call('EXISTS', KEYS[2]) == 1
 
-semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
--- Free slots go to the queue first (possibly to this very caller), as a release would give
--- them: a slot freed by an expiry, or one whose admitted waiter never confirmed it, never
--- waits for a queued waiter that may be dead.
-semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[5], now_ms, tonumber(ARGV[9]),
-    tonumber(ARGV[11]))
+semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
+if waiting then
+    -- Free slots go to the queue first (possibly to this very caller), as a release would
+    -- give them: a slot freed by an expiry, or one whose admitted waiter never confirmed it,
+    -- never waits for a queued waiter that may be dead.
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], member, now_ms)
+    waiting = redis.call('EXISTS', KEYS[2]) == 1
+end
 local mine = redis.call('ZSCORE', KEYS[1], token)
 if mine and tonumber(mine) > now_ms then
     local left = tonumber(mine) - now_ms
     if left < ttl then  -- confirm an admission (its short window) for the full TTL
         redis.call('ZADD', KEYS[1], 'XX', now_ms + ttl, token)
-        local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, retention)
-        registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
+        local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
+        registry_set(KEYS[5], KEYS[6], member, last, now_ms, true)
         left = ttl
     end
     local record = redis.call('HGET', KEYS[4], 'h:' .. token) or ''
@@ -70,19 +72,23 @@ if mine and tonumber(mine) > now_ms then
     return {1, ticket, left, now_ms, 1}
 end
 
-local holding = semaphore_count(KEYS[1], now_ms)
-local waiting = redis.call('ZCARD', KEYS[2])
-local stored = redis.call('HGET', KEYS[4], 'limit')
-if stored ~= ARGV[2] then
-    if stored and (holding > 0 or waiting > 0) then
-        return {-1, tonumber(stored)}
+local holding = redis.call('ZCOUNT', KEYS[1], '(' .. now_ms, '+inf')
+local queued_count = 0
+if waiting then
+    queued_count = redis.call('ZCARD', KEYS[2])
+end
+local info = redis.call('HMGET', KEYS[4], 'limit', 'ticket')
+local fields = {}  -- what to write to the info hash
+if info[1] ~= ARGV[2] then
+    if info[1] and (holding > 0 or queued_count > 0) then
+        return {-1, tonumber(info[1])}
     end
-    redis.call('HSET', KEYS[4], 'limit', ARGV[2])
+    fields = {'limit', ARGV[2]}
 end
 
 local free = limit - holding
-local queued = waiting > 0 and redis.call('ZSCORE', KEYS[2], token)
-local ahead = waiting
+local queued = queued_count > 0 and redis.call('ZSCORE', KEYS[2], token)
+local ahead = queued_count
 if queued then
     ahead = redis.call('ZRANK', KEYS[2], token)
 end
@@ -94,27 +100,38 @@ if free > ahead then
         redis.call('ZREM', KEYS[2], token)
         redis.call('ZREM', KEYS[3], token)
         redis.call('HDEL', KEYS[4], 'w:' .. token)
+        waiting = redis.call('EXISTS', KEYS[2]) == 1
     else
-        ticket = semaphore_ticket(KEYS[4], now_us)
+        ticket = semaphore_ticket(info[2], now_us)
+        fields[#fields + 1] = 'ticket'
+        fields[#fields + 1] = ticket
     end
     redis.call('ZADD', KEYS[1], now_ms + ttl, token)
-    redis.call('HSET', KEYS[4], 'h:' .. token,
-        string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. ARGV[4])
-    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, retention)
-    registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
+    fields[#fields + 1] = 'h:' .. token
+    fields[#fields + 1] = string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. ARGV[4]
+    redis.call('HSET', KEYS[4], unpack(fields))
+    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
+    registry_set(KEYS[5], KEYS[6], member, last, now_ms, true)
     return {1, ticket, ttl, now_ms, 0}
 end
 
 local position = 0
-if ARGV[6] == 'queue' then
+if ARGV[5] == 'queue' then
     if not queued then
-        redis.call('ZADD', KEYS[2], semaphore_ticket(KEYS[4], now_us), token)
-        redis.call('HSET', KEYS[4], 'w:' .. token, ARGV[3] .. ' ' .. ARGV[8] .. ' ' .. ARGV[4])
+        local ticket = semaphore_ticket(info[2], now_us)
+        redis.call('ZADD', KEYS[2], ticket, token)
+        fields[#fields + 1] = 'ticket'
+        fields[#fields + 1] = ticket
+        fields[#fields + 1] = 'w:' .. token
+        fields[#fields + 1] = ARGV[3] .. ' ' .. ARGV[7] .. ' ' .. ARGV[4]
     end
-    redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[7]), token)
+    if #fields > 0 then
+        redis.call('HSET', KEYS[4], unpack(fields))
+    end
+    redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[6]), token)
     position = ahead + 1
-    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, retention)
-    registry_set(KEYS[5], KEYS[6], ARGV[5], last, now_ms, true)
+    local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, true)
+    registry_set(KEYS[5], KEYS[6], member, last, now_ms, true)
 end
 local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES',
     'LIMIT', 0, 1)

@@ -10,8 +10,8 @@
 -- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
 -- ARGV[1]  token
 -- ARGV[2]  new ttl in milliseconds (> 0), counted from now
--- ARGV[3]  registry member ("sem:<name>")
--- ARGV[4]  retention in milliseconds of the recent releases once nobody holds or waits
+--
+-- The registry member ("sem:<name>") comes from KEYS[1].
 --
 -- Reply:
 --   {1, ttl_ms, now_ms}  refreshed
@@ -31,6 +31,7 @@ if not expires or tonumber(expires) <= now_ms then
 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'XX', now_ms + ttl, ARGV[1])
-local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, tonumber(ARGV[4]))
-registry_set(KEYS[5], KEYS[6], ARGV[3], last, now_ms, true)
+local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms,
+    redis.call('EXISTS', KEYS[2]) == 1)
+registry_set(KEYS[5], KEYS[6], semaphore_member(KEYS[1]), last, now_ms, true)
 return {1, ttl, now_ms}

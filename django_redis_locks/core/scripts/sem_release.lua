@@ -11,11 +11,10 @@
 -- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
--- ARGV[3]  registry member ("sem:<name>"); also the start of wake-up messages (wakeup.py)
--- ARGV[4]  admission window in milliseconds (see lib/semaphore)
--- ARGV[5]  retention in milliseconds of the recent releases once nobody holds or waits
--- ARGV[6]  forced release: the request's id (random), so that it is recognised if resent
--- ARGV[7]  a waiter whose lease has more than this many ms left asked a moment ago
+-- ARGV[3]  forced release: the request's id (random), so that it is recognised if resent
+--
+-- The registry member ("sem:<name>"), also the start of wake-up messages (wakeup.py), comes
+-- from KEYS[1].
 --
 -- Reply:
 --    1  the slot was released (evicted, for a forced release), and given to the next live
@@ -30,7 +29,9 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local forced = ARGV[2] == 'holder'
-local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms)
+local member = semaphore_member(KEYS[1])
+local waiting = redis.call('EXISTS', KEYS[2]) == 1
+local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
 
 local token, hid
 if forced then
@@ -47,22 +48,29 @@ else
 end
 
 local outcome = 0
+local kept = nil
 local expires = token and redis.call('ZSCORE', KEYS[1], token)
 if expires and tonumber(expires) > now_ms then
-    if not forced then  -- how long holds last, for waiters' estimates (a moving average)
-        semaphore_note_hold(KEYS[4], token, now_ms)
+    local info = redis.call('HMGET', KEYS[4], 'h:' .. token, 'avg', 'gone')
+    local gone
+    if forced then
+        gone = gone_with(info[3], hid, 'X' .. hid .. '.' .. ARGV[3])
+    else  -- how long holds last, for waiters' estimates (a moving average)
+        gone = gone_with(info[3], hid, 'R' .. hid)
+        info[2] = semaphore_average(info[1], info[2], now_ms)
     end
     redis.call('ZREM', KEYS[1], token)
-    redis.call('HDEL', KEYS[4], 'h:' .. token)
-    if forced then
-        gone_add(KEYS[4], hid, 'X' .. hid .. '.' .. ARGV[6])
-    else
-        gone_add(KEYS[4], hid, 'R' .. hid)
+    if waiting or redis.call('EXISTS', KEYS[1]) == 1 then
+        redis.call('HDEL', KEYS[4], 'h:' .. token)
+        redis.call('HSET', KEYS[4], 'gone', gone, 'avg', info[2] or '0')
+    else  -- the last holder left and nobody waits: semaphore_keep keeps these two
+        kept = {gone, info[2]}
     end
     outcome = 1
-elseif not forced and redis.call('ZREM', KEYS[2], token) == 1 then
+elseif not forced and waiting and redis.call('ZREM', KEYS[2], token) == 1 then
     redis.call('ZREM', KEYS[3], token)
     redis.call('HDEL', KEYS[4], 'w:' .. token)
+    waiting = redis.call('EXISTS', KEYS[2]) == 1
     outcome = 2
 else
     local kind, request = gone_kind(KEYS[4], hid)
@@ -70,19 +78,20 @@ else
         outcome = 3
     elseif kind == 'X' and not forced then
         outcome = -2
-    elseif kind == 'X' and request == ARGV[6] then
+    elseif kind == 'X' and request == ARGV[3] then
         outcome = 3
     end
 end
 
-if outcome == 1 or outcome == 2 or dropped > 0 then  -- a slot or a place ahead is free
-    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], now_ms, tonumber(ARGV[4]),
-        tonumber(ARGV[7]))
+if waiting and (outcome == 1 or outcome == 2 or dropped > 0) then
+    -- a slot or a place ahead is free
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], member, now_ms)
+    waiting = redis.call('EXISTS', KEYS[2]) == 1
 end
-local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, tonumber(ARGV[5]))
+local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting, kept)
 if not last then
-    registry_remove(KEYS[5], KEYS[6], ARGV[3], now_ms)
+    registry_remove(KEYS[5], KEYS[6], member)
 else
-    registry_set(KEYS[5], KEYS[6], ARGV[3], last, now_ms, true)
+    registry_set(KEYS[5], KEYS[6], member, last, now_ms, true)
 end
 return outcome

@@ -9,7 +9,7 @@
 --                    "<ttl_ms> <wake-up channel> <metadata JSON>" (what its grant will be,
 --                    and its process's own channel for the news); gone: recent releases
 --                    (see lib/gone) and avg: how long holds last (ms, a moving average), both
---                    kept a retention after the last holder left
+--                    kept RETENTION_MS (constants.py) after the last holder left
 --
 -- A holder counts while its expiry is in the future: expired holders and waiters are dropped
 -- a bounded number per script, and counts never include them meanwhile.
@@ -22,17 +22,28 @@
 local SEMAPHORE_GRACE_MS = 1000
 -- Most expired holders, and most dead waiters, dropped by one script: bounded work.
 local SEMAPHORE_PRUNE = 32
+-- How long the recent releases stay once nobody holds or waits (ms), and the admission window
+-- and freshness of a waiter (see the admission above), from constants.py.
+local SEMAPHORE_RETENTION_MS = @RETENTION_MS@
+local SEMAPHORE_WINDOW_MS = @HANDOVER_WINDOW_MS@
+local SEMAPHORE_FRESH_MS = @FRESH_LEASE_MS@
+
+-- The registry member and start of wake-up messages of the semaphore whose holders are
+-- ``holders_key``: "sem:<name>" (the name follows the key's hash tag and kind).
+local function semaphore_member(holders_key)
+    return 'sem:' .. string.match(holders_key, '}:sem:(.*)$')
+end
 
 -- Drop holders whose TTL ran out and waiters whose lease ran out (at most SEMAPHORE_PRUNE
--- of each); return how many went.
-local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now_ms)
+-- of each); ``waiting`` says whether the queue exists. Return how many went.
+local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now_ms, waiting)
     local gone = redis.call('ZRANGEBYSCORE', holders_key, '-inf', now_ms,
         'LIMIT', 0, SEMAPHORE_PRUNE)
     for _, token in ipairs(gone) do
         redis.call('ZREM', holders_key, token)
         redis.call('HDEL', info_key, 'h:' .. token)
     end
-    if redis.call('EXISTS', queue_key) == 0 then  -- nobody waits: no lease to look at
+    if not waiting then  -- nobody waits: no lease to look at
         return #gone
     end
     local left = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms,
@@ -45,19 +56,18 @@ local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now
     return #gone + #left
 end
 
--- Fold how long ``token``'s hold lasted into the moving average ``avg`` of the info hash.
-local function semaphore_note_hold(info_key, token, now_ms)
-    local record = redis.call('HGET', info_key, 'h:' .. token)
+-- How long holds last (ms, a moving average, as text), with the hold that began at ``record``
+-- ("<acquired_ms> ...", nil: unknown) ending now folded into ``avg`` (nil: none yet).
+local function semaphore_average(record, avg, now_ms)
     local acquired = record and tonumber(string.match(record, '^(%d+)'))
     if not acquired then
-        return
+        return avg
     end
     local lasted = now_ms - acquired
-    local avg = redis.call('HGET', info_key, 'avg')
     if avg then
         lasted = math.floor((tonumber(avg) * 3 + lasted) / 4)
     end
-    redis.call('HSET', info_key, 'avg', string.format('%.0f', lasted))
+    return string.format('%.0f', lasted)
 end
 
 -- How long until a slot is likely free: from how long recent holds lasted, for the first few
@@ -89,34 +99,35 @@ local function semaphore_count(holders_key, now_ms)
     return redis.call('ZCOUNT', holders_key, '(' .. now_ms, '+inf')
 end
 
--- A new ticket: larger than every earlier one, also after the counter was lost (server time
--- in microseconds), so tickets order arrivals and never repeat.
-local function semaphore_ticket(info_key, now_us)
-    local ticket = tonumber(redis.call('HGET', info_key, 'ticket') or '0') + 1
+-- A new ticket after the last one handed out (``last``, nil: none): larger than every earlier
+-- one, also after the counter was lost (server time in microseconds), so tickets order
+-- arrivals and never repeat. The caller stores it as the info hash's 'ticket'.
+local function semaphore_ticket(last, now_us)
+    local ticket = tonumber(last or '0') + 1
     if ticket < now_us then
         ticket = now_us
     end
-    ticket = string.format('%.0f', ticket)
-    redis.call('HSET', info_key, 'ticket', ticket)
-    return ticket
+    return string.format('%.0f', ticket)
 end
 
--- Make all four keys live as long as the last holder or waiter. When nobody holds or waits,
--- delete them but for the recent releases, kept ``retention_ms``. Return the last expiry
--- (ms), or nil when nobody holds or waits.
-local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_ms, retention_ms)
-    local waiting = redis.call('EXISTS', queue_key) == 1
+-- Make all four keys live as long as the last holder or waiter (``waiting``: whether the
+-- queue exists). When nobody holds or waits, delete them but for the recent releases and the
+-- average hold (``kept``: {gone, avg} to keep, nil: those of the info hash), kept
+-- SEMAPHORE_RETENTION_MS in a small hash made anew. Return the last expiry (ms), or nil when
+-- nobody holds or waits.
+local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_ms, waiting,
+                              kept)
     local holder = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
     local last = now_ms
     if holder[2] and tonumber(holder[2]) > last then
         last = tonumber(holder[2])
     end
     if last == now_ms and not waiting then
-        local kept = redis.call('HMGET', info_key, 'gone', 'avg')
+        kept = kept or redis.call('HMGET', info_key, 'gone', 'avg')
         redis.call('DEL', holders_key, info_key)
         if kept[1] or kept[2] then
             redis.call('HSET', info_key, 'gone', kept[1] or '', 'avg', kept[2] or '0')
-            redis.call('PEXPIRE', info_key, retention_ms)
+            redis.call('PEXPIRE', info_key, SEMAPHORE_RETENTION_MS)
         end
         return nil
     end
@@ -138,16 +149,13 @@ end
 
 -- Admit as many live queued waiters, first come first served, as there are free slots: each
 -- is made a holder here and woken on its process's channel. One that asked a moment ago (its
--- lease has more than ``fresh_ms`` left) and whose process hears the message (it is alive)
+-- lease has more than SEMAPHORE_FRESH_MS left) and whose process hears the message (it is alive)
 -- gets its full TTL, with the grant in the message ("<member>#<holder id>|<ticket>|<ttl ms>|
--- <granted at ms>"); any other gets ``window_ms`` (at most its TTL) to confirm its slot
+-- <granted at ms>"); any other gets SEMAPHORE_WINDOW_MS (at most its TTL) to confirm its slot
 -- ("<member>#<holder id>"). Waiters whose lease ran out are dropped on the way (at most
--- SEMAPHORE_PRUNE). Returns how many were admitted.
-local function semaphore_admit(holders_key, queue_key, leases_key, info_key, member, now_ms,
-                               window_ms, fresh_ms)
-    if redis.call('EXISTS', queue_key) == 0 then
-        return 0
-    end
+-- SEMAPHORE_PRUNE). The caller calls this only when the queue exists. Returns how many were
+-- admitted.
+local function semaphore_admit(holders_key, queue_key, leases_key, info_key, member, now_ms)
     local limit = tonumber(redis.call('HGET', info_key, 'limit') or '0')
     local free = limit - semaphore_count(holders_key, now_ms)
     local admitted, dead = 0, 0
@@ -167,8 +175,8 @@ local function semaphore_admit(holders_key, queue_key, leases_key, info_key, mem
             ttl = tonumber(ttl)
             local ticket = string.format('%.0f', tonumber(first[2]))
             local wake = member .. '#' .. string.sub(redis.sha1hex(token), 1, 16)
-            local kept = math.min(ttl, window_ms)
-            if channel ~= '-' and lease - now_ms > fresh_ms then
+            local kept = math.min(ttl, SEMAPHORE_WINDOW_MS)
+            if channel ~= '-' and lease - now_ms > SEMAPHORE_FRESH_MS then
                 local told = wake .. '|' .. ticket .. '|' .. ttl .. '|'
                     .. string.format('%.0f', now_ms)
                 if redis.call('PUBLISH', channel, told) > 0 then
