@@ -37,6 +37,7 @@ from django_redis_locks.core.replies import text
 from django_redis_locks.inspect import get_lock
 from tests.chaos.processes import Processes, worker_command
 from tests.chaos.sweep import Interval, log_lines, overlapping_pairs
+from tests.harness.acl import unrestricted_url
 
 TTL = 1.5
 #: Latency allowed between a grant and its log line: a killed holder's interval is taken to
@@ -102,6 +103,7 @@ def test_sigkilled_holders_never_double_an_increment_nor_overlap_another_hold(
         command = worker_command(
             "increment",
             url=redis_server.url,
+            data_url=unrestricted_url(redis_server.url),
             namespace=namespace,
             name=name,
             ttl=TTL,

@@ -73,9 +73,12 @@ def increment(args: argparse.Namespace) -> int:
     Each section reads the counter, works (``--work`` seconds), then writes counter + 1 and
     appends its id to the ``--done`` list in one MULTI/EXEC, so Redis knows exactly which
     sections completed. Log: ``S <ns> <fence> <section id>`` once held, ``E <ns>`` after the
-    write, ``L`` when the release found the hold lost.
+    write, ``L`` when the release found the hold lost. The lock runs on ``--url``; the counter
+    and the list are read and written through ``--data-url`` (the test's bookkeeping: in the
+    suite's ACL mode the library's user may run its scripts only).
     """
     client = _client(args.url, 10)
+    data = _client(args.data_url or args.url, 10)
     lock = Lock(args.name, client=Backend(client, namespace=args.namespace), timeout=args.ttl)
     log = EventLog(args.log)
     log.write("P", os.getpid())
@@ -83,9 +86,9 @@ def increment(args: argparse.Namespace) -> int:
         section = f"{args.who}:{index}"
         lock.acquire()
         log.write("S", time.monotonic_ns(), lock.fence, section)
-        value = int(client.get(args.counter) or 0)
+        value = int(data.get(args.counter) or 0)
         time.sleep(args.work)  # the work of the section, between the read and the write
-        with client.pipeline(transaction=True) as pipe:
+        with data.pipeline(transaction=True) as pipe:
             pipe.set(args.counter, value + 1)
             pipe.rpush(args.done, f"{section}:{lock.fence}")
             pipe.execute()
@@ -95,6 +98,7 @@ def increment(args: argparse.Namespace) -> int:
         except LockLost:
             log.write("L")
     log.close()
+    data.close()
     client.close()
     return 0
 
@@ -368,6 +372,7 @@ def main(argv: list[str]) -> int:
     common.add_argument("--ttl", type=float, required=True)
 
     inc = sub.add_parser("increment", parents=[common])
+    inc.add_argument("--data-url", default="", help="for the counter (default: --url)")
     inc.add_argument("--counter", required=True)
     inc.add_argument("--done", required=True)
     inc.add_argument("--sections", type=int, required=True)
