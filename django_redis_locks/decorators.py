@@ -23,23 +23,26 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 import sys
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
 from json.encoder import encode_basestring
 from typing import Any, Final, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
-from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
-from django.utils.functional import SimpleLazyObject, empty
-
+from .callers import (
+    label_of,
+    load_user,
+    refuse_generators,
+    refuse_task_objects,
+    request_of,
+    response,
+    retry_after_seconds,
+    retry_later,
+)
 from .conf import get_config
 from .core.errors import (
     InvalidArgument,
     InvalidArgumentType,
     LockBackendError,
-    LockConfigurationError,
     LockNotAcquired,
     LockNotReplicated,
 )
@@ -204,11 +207,11 @@ def redis_lock(
         )
 
     def decorate(func: Any) -> Any:
-        _refuse_task_objects(func)
+        refuse_task_objects(func)
         if not callable(func):
             raise InvalidArgumentType("func", f"@redis_lock decorates callables, not {func!r}")
-        _refuse_generators(func)
-        namer = Namer(key, signature_of(func), _label(func))
+        refuse_generators(func)
+        namer = Namer(key, signature_of(func), label_of(func))
         guard = _Guard(
             func,
             namer,
@@ -254,7 +257,7 @@ class _Guard:
         self.on_contention = on_contention
         self.skip_result = skip_result
         self.on_redis_error = on_redis_error
-        self.label = _label(func)
+        self.label = label_of(func)
         # Made (and its options checked) once; each call gets a copy for its name.
         self.template = Lock("decorated", metadata={"label": self.label}, **options)
         self.label_json = f'"label":{encode_basestring(self.label)}'
@@ -265,7 +268,7 @@ class _Guard:
             name = self.namer.name(args, kwargs)
         except Unbindable:
             return None
-        request = _request_of(args)
+        request = request_of(args)
         if request is None:
             return self.template._derived(name, {"label": self.label}, self.label_json)
         shown = f"{request.method} {request.path}"[:200]
@@ -295,7 +298,7 @@ class _Guard:
 
     async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self.namer.reads_user:
-            await _load_user(_request_of(args))
+            await load_user(request_of(args))
         lock = self._lock(args, kwargs)
         if lock is None:
             return await self.func(*args, **kwargs)
@@ -356,8 +359,8 @@ class _Guard:
             self._log_redis_error(error, lock, opened=True)
             return self.func(*args, **kwargs)
         self._log_redis_error(error, lock, opened=False)
-        if _request_of(args) is not None:
-            return _response(
+        if request_of(args) is not None:
+            return response(
                 get_config().view_redis_error_status,
                 "The lock service is unavailable. Please retry later.",
                 retry_after=1,
@@ -371,8 +374,8 @@ class _Guard:
         if callable(self.on_contention):
             return self.on_contention(error, *args, **kwargs)
         retry_after = retry_after_seconds(error)
-        if _request_of(args) is not None:
-            return _response(
+        if request_of(args) is not None:
+            return response(
                 get_config().view_contention_status,
                 "This resource is busy: another request holds its lock. Please retry later.",
                 retry_after=retry_after,
@@ -380,129 +383,13 @@ class _Guard:
         if self.on_contention == "skip":
             return self.skip_result
         if self.on_contention == "retry":
-            return self._retry_later(error, lock, retry_after, args, kwargs)
-        raise error
-
-    def _retry_later(
-        self,
-        error: LockNotAcquired,
-        lock: Lock,
-        retry_after: int,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """Run the task again in ``retry_after`` seconds: Celery's ``retry()`` (it raises),
-        or a Django task enqueued again (then this run returns ``skip_result``)."""
-        context = args[0] if args else None
-        django_task = getattr(getattr(context, "task_result", None), "task", None)
-        if django_task is not None:  # a Django task with takes_context=True
-            run_after = timezone.now() + timedelta(seconds=retry_after)
-            django_task.using(run_after=run_after).enqueue(*args[1:], **kwargs)
-            logger.info(
-                "acquire: lock %r for %s is taken: enqueued again to run in %s s",
-                lock.name,
-                self.label,
-                retry_after,
+            return retry_later(
+                error,
+                args,
+                kwargs,
+                name=lock.name,
+                label=self.label,
+                skip_result=self.skip_result,
+                retry_after=retry_after,
             )
-            return self.skip_result
-        celery_task = _current_celery_task(args)
-        if celery_task is not None:
-            raise celery_task.retry(countdown=retry_after, exc=error)
-        raise LockConfigurationError(
-            f"{self.label}: on_contention='retry' runs a task again later, but this call is "
-            "neither a Celery task nor a Django task with takes_context=True"
-        ) from error
-
-
-def retry_after_seconds(error: LockNotAcquired) -> int:
-    """Whole seconds worth waiting before trying again: at least 1."""
-    return max(1, math.ceil(error.retry_after or 1))
-
-
-def _current_celery_task(args: tuple[Any, ...]) -> Any:
-    """The Celery task this call runs in (a bound task's ``self``, or Celery's current
-    task), or None outside a Celery worker."""
-    celery_task_module = sys.modules.get("celery.app.task")
-    task_class = getattr(celery_task_module, "Task", None)
-    if task_class is None:
-        return None
-    if args and isinstance(args[0], task_class) and args[0].request.id:
-        return args[0]
-    from celery import current_task  # a proxy: false when no task runs
-
-    if current_task and current_task.request.id:
-        return current_task
-    return None
-
-
-async def _load_user(request: HttpRequest | None) -> None:
-    """Load ``request.user`` the async way (``request.auser()``) if it is still lazy, so that
-    naming the lock from it does not run a database query inside the event loop."""
-    user = getattr(request, "user", None)
-    if request is None or not isinstance(user, SimpleLazyObject):
-        return
-    if user._wrapped is not empty:
-        return
-    auser = getattr(request, "auser", None)
-    if auser is not None:
-        request.user = await auser()
-
-
-def _response(status: int, text: str, *, retry_after: int) -> HttpResponse:
-    return HttpResponse(
-        text,
-        status=status,
-        content_type="text/plain; charset=utf-8",
-        headers={"Retry-After": str(retry_after)},
-    )
-
-
-def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:
-    """The HttpRequest among a call's first arguments (a view call), else None."""
-    for value in args[:2]:
-        if isinstance(value, HttpRequest):
-            return value
-        inner = getattr(value, "_request", None)  # Django REST framework's Request
-        if isinstance(inner, HttpRequest):
-            return inner
-    return None
-
-
-def _label(func: Any) -> str:
-    module = getattr(func, "__module__", None) or "?"
-    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
-    return f"{module}.{name}"
-
-
-def _refuse_generators(func: Any) -> None:
-    """A generator function returns at once: the lock would be released before its body
-    runs. Refused, with the way to do it."""
-    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
-        raise InvalidArgumentType(
-            "func",
-            f"@redis_lock cannot guard the generator function {_label(func)}: calling it "
-            "returns a generator at once, before its body runs, so the lock would be released "
-            "before the work. Take the lock inside it instead:\n\n"
-            '    def items(...):\n        with Lock("name"):\n            yield ...',
-        )
-
-
-def _refuse_task_objects(func: Any) -> None:
-    """Task objects run their function elsewhere: the lock must wrap the function itself."""
-    kinds = []
-    for module, attribute, decorator in (
-        ("django.tasks.base", "Task", "@task"),
-        ("django_tasks.base", "Task", "@task"),
-        ("celery.app.task", "Task", "@shared_task / @app.task"),
-    ):
-        loaded = sys.modules.get(module)
-        task_class = getattr(loaded, attribute, None) if loaded is not None else None
-        if isinstance(task_class, type) and isinstance(func, task_class):
-            kinds.append(decorator)
-    if kinds:
-        raise InvalidArgumentType(
-            "func",
-            f"@redis_lock was given a task object ({func!r}); put {kinds[0]} above "
-            f"@redis_lock so the lock wraps the task's function:\n\n"
-            f"    {kinds[0].split(' ')[0]}\n    @redis_lock(...)\n    def my_task(...): ...",
-        )
+        raise error
