@@ -30,6 +30,7 @@ from redis.crc import key_slot
 from django_redis_locks.core import Backend, Lock, LockBackendError
 from django_redis_locks.core.keys import KeySpace
 from django_redis_locks.inspect import force_release, list_locks
+from tests.chaos.failover import BOUND, SOCKET_TIMEOUT, limit
 from tests.chaos.processes import Processes, worker_command
 from tests.chaos.sweep import Interval, overlapping_pairs, parse_cycle_logs
 from tests.harness.plugin import MakeCluster
@@ -38,16 +39,6 @@ from tests.harness.servers import RedisCluster, RedisServer
 pytestmark = pytest.mark.chaos
 
 
-def limit(operation: str) -> float:
-    """How long a failed call may take: the bound (plus slack); a blocking acquire may first
-    wait for the lock, and finds out at its next attempt, a re-check interval later."""
-    wait = Lock.recheck_seconds if operation.startswith("acquire") else 0.0
-    return wait + BOUND + SLACK
-
-
-SOCKET_TIMEOUT = 0.5
-BOUND = 2 * SOCKET_TIMEOUT  # the reference's bound for a call during a failover
-SLACK = 0.5
 TTL = 2.0
 WORKERS_PER_NAME = 2
 
@@ -182,7 +173,7 @@ def test_a_killed_master_is_replaced_by_its_replica_under_churn(
         }
         if late:
             problems.append(f"{name}: calls failed late: {late[:3]}")
-        if any(e - fault_at > Lock.recheck_seconds + BOUND + SLACK for e in waiting):
+        if any(e - fault_at > limit("acquire") for e in waiting):
             problems.append(f"{name}: a waiting call failed late")
     figures.update(
         server=str(cluster.binary),

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from django_redis_locks.core import Lock
+from tests.chaos.failover import BOUND, SOCKET_TIMEOUT, limit
 from tests.chaos.processes import Processes, worker_command
 from tests.chaos.sweep import Interval, overlapping_pairs, parse_cycle_logs, peak_concurrency
 from tests.harness.django_caches import KINDS
@@ -47,16 +47,6 @@ from tests.harness.sentinel import SentinelGroup
 pytestmark = pytest.mark.chaos
 
 
-def limit(operation: str) -> float:
-    """How long a failed call may take: the bound (plus slack); a blocking acquire may first
-    wait for the lock, and finds out at its next attempt, a re-check interval later."""
-    wait = Lock.recheck_seconds if operation.startswith("acquire") else 0.0
-    return wait + BOUND + SLACK
-
-
-SOCKET_TIMEOUT = 0.5
-BOUND = 2 * SOCKET_TIMEOUT  # the reference's bound for a call during a failover
-SLACK = 0.5  # a loaded 2-core machine
 TTL = 2.0
 LIMIT = 2
 #: name -> (workers, extra cycle options)
@@ -181,7 +171,7 @@ def test_sentinel_failover_under_churn(
         late = [(op, s, e) for op, s, e in during if e - s > limit(op)]
         if late:
             problems.append(f"{name}: calls failed late: {late[:3]}")
-        if any(e - fault_at > Lock.recheck_seconds + BOUND + SLACK for *_, e in waiting):
+        if any(e - fault_at > limit("acquire") for *_, e in waiting):
             problems.append(f"{name}: a waiting call failed late")
         results[name] = entry
     figures.update(
