@@ -19,7 +19,7 @@ from benchmarks.report import load_results, write_results
 from benchmarks.server import CommandStats, start_server
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks"
-#: --quick: a smoke run that exercises every code path in well under a minute.
+#: --quick: a smoke run that exercises every code path in about a minute.
 QUICK = Settings(
     reps=1, contention_reps=1, cycles=300, window=0.5, handoff_rounds=20, processes=(1, 2)
 )

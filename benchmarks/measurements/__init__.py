@@ -32,6 +32,7 @@ MODULES = (
     "benchmarks.measurements.semaphore",
     "benchmarks.measurements.inspection",
     "benchmarks.measurements.decorator",
+    "benchmarks.measurements.footprint",
 )
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -12,8 +13,13 @@ import redis
 from benchmarks.registry import Impl, LockAdapter, get
 from benchmarks.server import CommandStats
 from benchmarks.stats import summarize
+from django_redis_locks.core import Backend, lock_protocol
+from django_redis_locks.core.holder import holder_metadata, metadata_json, new_token
 
-__all__ = ["busy_wait_us", "describe", "fmt", "label", "open_adapter", "table"]
+__all__ = ["busy_wait_us", "describe", "fill_locks", "fmt", "label", "open_adapter", "table"]
+
+#: Acquire scripts per pipeline when filling a server with live locks.
+FILL_BATCH = 1000
 
 
 def open_adapter(params: dict[str, Any]) -> tuple[Impl, redis.Redis, LockAdapter]:
@@ -110,3 +116,20 @@ def interleaved_cycles(
             adapter.close()
             client.close()
         stats_client.close()
+
+
+def fill_locks(
+    backend: Backend, names: Sequence[str], ttl_ms: int, metadata: Mapping[str, Any]
+) -> None:
+    """Take every (free) lock of ``names``, holder ``metadata`` included, in pipelines of
+    ``FILL_BATCH`` acquire scripts (as the test suite's scale test does)."""
+    holder = holder_metadata(threading.current_thread(), metadata_json(metadata))
+    for start in range(0, len(names), FILL_BATCH):
+        replies = backend.run_many(
+            [
+                lock_protocol.acquire_call(backend.keys.lock(name), new_token(), ttl_ms, holder)
+                for name in names[start : start + FILL_BATCH]
+            ]
+        )
+        if not all(int(reply[0]) == 1 for reply in replies):
+            raise RuntimeError("a fresh lock could not be taken while filling")

@@ -27,8 +27,9 @@ from benchmarks.stats import median, percentile, ratio, spread
 __all__ = ["MEASUREMENT", "block_task"]
 
 WARMUP_CYCLES = 5
-THROUGHPUT_TARGET = 1.5
-STARVATION_TARGET = 2.0
+#: Issue 15's target: the busiest process's acquires over the least busy one's. Throughput
+#: has no target (the issue states none); it is shown beside the best peer's.
+STARVATION_TARGET = 1.5
 
 
 def block_task(params: dict[str, Any], link: Link) -> dict[str, Any]:
@@ -183,20 +184,24 @@ def targets(result: dict[str, Any]) -> list[Verdict]:
         detail = ""
         if fair:
             fair_best = Counter(fair["best_peers"]).most_common(1)[0][0]
-            detail = f"; {fair['ratio']:.2f} x the best peer with max/min <= 2 ({fair_best})"
+            detail = (
+                f"; {fair['ratio']:.2f} x the best peer with max/min <= {STARVATION_TARGET:g} "
+                f"({fair_best})"
+            )
         rows.append(
             (
-                f"ours >= {THROUGHPUT_TARGET:g} x the best peer (acquires/s, "
-                f"{result['processes']} processes)",
+                f"ours beside the best peer (acquires/s, {result['processes']} processes; "
+                "information: issue 15 sets no target)",
                 f"{vs['ratio']:.2f} x (best peer: {best}){detail}",
-                vs["ratio"] >= THROUGHPUT_TARGET,
+                None,
             )
         )
     ours = result["impls"].get("ours")
     if ours is not None:
         rows.append(
             (
-                f"ours: max/min acquires per process <= {STARVATION_TARGET:g}",
+                f"ours: max/min acquires per process <= {STARVATION_TARGET:g} "
+                f"({result['processes']} processes)",
                 f"{ours['starvation']:.2f} (worst repetition {ours['starvation_worst']:.2f})",
                 ours["starvation"] <= STARVATION_TARGET,
             )
@@ -270,7 +275,7 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
 MEASUREMENT = Measurement(
     name="blocking",
     title="3. Blocking contention",
-    item="issue 6, item 3",
+    item="issue 6, item 3; targets of issue 15",
     run=run,
     render=render,
     targets=targets,

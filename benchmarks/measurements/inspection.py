@@ -23,7 +23,6 @@ pipeline written), server commands with ``INFO commandstats`` over separate unti
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,12 +34,11 @@ from matplotlib.patches import Patch
 from benchmarks import counting, plots
 from benchmarks.context import Context
 from benchmarks.measurements import Measurement, Verdict
-from benchmarks.measurements._common import fmt, table
+from benchmarks.measurements._common import FILL_BATCH, fill_locks, fmt, table
 from benchmarks.pool import Link
 from benchmarks.server import CommandStats
 from benchmarks.stats import median, percentile, ratio, spread
-from django_redis_locks.core import Backend, lock_protocol
-from django_redis_locks.core.holder import holder_metadata, metadata_json, new_token
+from django_redis_locks.core import Backend
 from django_redis_locks.inspect import list_locks
 
 __all__ = ["MEASUREMENT", "sample_task"]
@@ -48,8 +46,7 @@ __all__ = ["MEASUREMENT", "sample_task"]
 NAMESPACE = "drl"
 LOCKS = 10_000
 OTHER_KEYS = 1_000_000
-#: Keys written (or deleted) per command, and commands per pipeline, when filling.
-FILL_BATCH = 1000
+#: Commands per pipeline when filling in the other keys (FILL_BATCH keys per command).
 FILL_PIPELINE = 100
 #: Longer than any run: the locks must stay live until the last read.
 LOCK_TTL_MS = 3_600_000
@@ -143,23 +140,6 @@ def sample_task(params: dict[str, Any], link: Link) -> dict[str, Any]:
         stats_client.close()
 
 
-def _fill_locks(client: redis.Redis) -> None:
-    backend = Backend(client, namespace=NAMESPACE)
-    metadata = holder_metadata(threading.current_thread(), metadata_json({"label": "bench"}))
-    names = [f"job:{i:05d}" for i in range(LOCKS)]
-    for start in range(0, LOCKS, FILL_BATCH):
-        replies = backend.run_many(
-            [
-                lock_protocol.acquire_call(
-                    backend.keys.lock(name), new_token(), LOCK_TTL_MS, metadata
-                )
-                for name in names[start : start + FILL_BATCH]
-            ]
-        )
-        if not all(int(reply[0]) == 1 for reply in replies):
-            raise RuntimeError("a fresh lock could not be taken while filling")
-
-
 def _other_keys(client: redis.Redis, fill: bool) -> None:
     """``MSET`` (fill) or ``UNLINK`` (delete) the unrelated keys, in pipelines."""
     pipe = client.pipeline(transaction=False)
@@ -181,7 +161,8 @@ def run(ctx: Context) -> dict[str, Any]:
     ctx.log(f"inspection: {LOCKS:,} locks")
     with ctx.server.client() as client:
         client.connection_pool.connection_kwargs["socket_timeout"] = 120
-        _fill_locks(client)
+        names = [f"job:{i:05d}" for i in range(LOCKS)]
+        fill_locks(Backend(client, namespace=NAMESPACE), names, LOCK_TTL_MS, {"label": "bench"})
         others = False
         raw: dict[str, list[dict[str, Any]]] = {dataset: [] for dataset in DATASETS}
         for rep in range(settings.reps):
