@@ -197,6 +197,11 @@ def probe_client(server: RedisServer, *, timeout: float = 1.0) -> redis.Redis:
     )
 
 
+def connected_clients(client: redis.Redis) -> int:
+    """The server's ``connected_clients`` (the asking client included)."""
+    return int(client.info("clients")["connected_clients"])
+
+
 def wait_until(
     condition: Callable[[], bool],
     *,
@@ -833,6 +838,12 @@ class RedisCluster(ProcessGroup):
         given); the caller closes it."""
         kwargs.setdefault("socket_timeout", 5)
         return clients.cluster(list(self.startup_nodes), **kwargs)
+
+    def library_client(self, **kwargs: Any) -> Any:
+        """Like :meth:`client`, logged in as the library's ACL user in the suite's ACL mode."""
+        if self.acl_user is not None:
+            kwargs.update(username=self.acl_user.name, password=self.acl_user.password)
+        return self.client(**kwargs)
 
     def async_client(self, **kwargs: Any) -> Any:
         """A new asyncio cluster client (socket_timeout 5 unless given); ``await c.aclose()``."""
