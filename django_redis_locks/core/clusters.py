@@ -11,6 +11,8 @@ connection. A call on a stalled or dead master then fails within about two socke
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 from typing import Any
 
 from .client_settings import connection_settings, describe, pool_bounds
@@ -29,6 +31,7 @@ _CLUSTER_OWN = frozenset(
         "connection_class",
         "max_connections",
         "redis_connect_func",
+        "valkey_connect_func",  # (valkey-py's name for it)
         "response_callbacks",
     }
 )
@@ -46,6 +49,16 @@ def _nodes(client: Any) -> list[tuple[str, int]]:
     for node in [*startup, *known]:
         seen[(node.host, int(node.port))] = None
     return list(seen)
+
+
+def _retry(library: ClientLibrary, *, asyncio: bool) -> dict[str, Any]:
+    """The bounded retry of a cluster client: one retry, after a slot-map refresh. redis-py 6
+    and later count a cluster client's attempts from its retry policy; redis-py 5 and
+    valkey-py from ``cluster_error_retry_attempts`` (3 by default), set to 1 here."""
+    retry = library.retry(asyncio=asyncio)
+    if hasattr(retry, "get_retries"):
+        return {"retry": retry}
+    return {"retry": retry, "cluster_error_retry_attempts": 1}
 
 
 def bounded_cluster(library: ClientLibrary, client: Any) -> Any:
@@ -74,15 +87,33 @@ def sync_cluster(
     if bounded:
         extra = {"connection_pool_class": library.sync_blocking_pool, "timeout": wait}
     # (only a client made from a URL builds its node pools with connection_pool_class)
-    return library.sync_cluster(
+    client = library.sync_cluster(
         url=f"redis://{netloc}",
         startup_nodes=[library.sync_cluster_node(h, p) for h, p in nodes[1:]],
         connection_class=connection_class,
         max_connections=size,
-        retry=library.retry(asyncio=False),
+        **_retry(library, asyncio=False),
         **extra,
         **settings,
     )
+    _close_pools_too(client)
+    return client
+
+
+def _close_pools_too(client: Any) -> None:
+    """Make closing ``client`` close its node pools' connections: a cluster client made from
+    a URL gives each node's client a pool that client does not own, and closing them leaves
+    the connections open."""
+    close = client.close
+
+    def close_all() -> None:
+        close()
+        for node in client.get_nodes():
+            direct = node_client(node)
+            if direct is not None:
+                direct.connection_pool.disconnect()
+
+    client.close = close_all
 
 
 def async_cluster(library: ClientLibrary, client: Any) -> Any:
@@ -102,11 +133,10 @@ def async_cluster(library: ClientLibrary, client: Any) -> Any:
         host=host,
         port=port,
         max_connections=size,
-        retry=library.retry(asyncio=True),
+        **_retry(library, asyncio=True),
         **settings,
     )
-    if bounded:
-        _gate(twin, size)
+    _bound_commands(twin, size if bounded else None)
     return twin
 
 
@@ -133,14 +163,34 @@ class _Template:
         self.max_connections = max_connections
 
 
-def _gate(client: Any, size: int) -> None:
-    """Make ``client``'s commands wait for one of ``size`` places: an asyncio cluster node
-    holds at most ``size`` connections and refuses a command beyond them."""
-    gate = asyncio.Semaphore(size)
+def _bound_commands(client: Any, size: int | None) -> None:
+    """Make ``client``'s commands wait for one of ``size`` places (an asyncio cluster node
+    holds at most ``size`` connections and refuses a command beyond them; None: no limit),
+    and refresh the slot map at once after a command failed on an unreachable node, asking
+    that node last.
+
+    redis-py 8's asyncio cluster client leaves that refresh to the next command, which
+    asks the nodes in random order: the unreachable node first, a third of the time on three
+    masters, for one socket timeout more than the two a call may take. And it learns the
+    slot map at its first command: commands that come in meanwhile (many callers starting
+    at once) are sent to the wrong node and redirected, their redirections refresh the slot
+    map again, and each refresh drops the connections in use, failing other callers'
+    commands ("Connection closed by server"). Every command here waits for the slot map.
+    """
+    gate = asyncio.Semaphore(size) if size is not None else contextlib.nullcontext()
     run = client.execute_command
+    defers = "last_failed_node_name" in inspect.signature(client.initialize).parameters
 
     async def execute_command(*args: Any, **kwargs: Any) -> Any:
         async with gate:
-            return await run(*args, **kwargs)
+            await client.initialize()  # (returns at once once the slot map is known)
+            try:
+                return await run(*args, **kwargs)
+            except Exception as error:
+                failed = getattr(error, "last_failed_node_name", None)
+                if defers and failed is not None:
+                    with contextlib.suppress(Exception):  # the command's error is the news
+                        await client.initialize(last_failed_node_name=failed)
+                raise
 
     client.execute_command = execute_command
