@@ -1,13 +1,14 @@
 """Denial of service: a thousand blocked callers in one process stay cheap and all get through.
 
 500 threads and 500 asyncio tasks (one event loop) wait on the same held lock, or on a full
-one-slot semaphore, through one Backend on a private server, with redis-py's default pools (100
-connections each). While they wait the server's ``connected_clients`` is sampled for longer
-than a re-check interval: the library uses at most one pool's worth of connections for the
-threads (the wake-up listener's included) and one for the event loop's tasks, never one per
-caller. Then the holder releases: every caller gets the hold, one after another, in the order
-they queued, and once the event loop has ended and the Backend is closed the connections are
-gone again (but for the wake-up listener's, until it stops after 30 s idle).
+one-slot semaphore, through one Backend with pools of 100 connections (redis-py 8's default),
+on a private server and on a private three-master Cluster. While they wait the servers'
+``connected_clients`` is sampled for longer than a re-check interval: the library uses at most
+one pool's worth of connections for the threads (the wake-up listener's included) and one for
+the event loop's tasks, never one per caller. Then the holder releases: every caller gets the
+hold, one after another, in the order they queued, and once the event loop has ended and the
+Backend is closed the connections are gone again (but for the wake-up listener's, until it
+stops after 30 s idle).
 """
 
 from __future__ import annotations
@@ -24,20 +25,24 @@ import redis
 
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
-from tests.harness.servers import RedisServer, probe_client, wait_until
+from django_redis_locks.core.libraries import node_client
+from tests.harness.plugin import MakeCluster
+from tests.harness.servers import RedisServer, connected_clients, probe_client, wait_until
 
 WAITERS = 1000
 THREADS = WAITERS // 2
 TASKS = WAITERS - THREADS
-#: redis-py's default pool size (sync and asyncio); the Backend's pools copy the given one's.
+#: The given client's pool size (redis-py 8's default; before, pools were unbounded); the
+#: Backend's pools copy it.
 POOL = 100
 #: Library connections while they wait: the threads' pool (the wake-up listener's connection
 #: comes from it) and the event loop's.
 BOUND = 2 * POOL
-
-
-def connected(admin: redis.Redis) -> int:
-    return int(admin.info("clients")["connected_clients"])
+#: Library connections to a Cluster master that serves none of the waiters' keys: the one
+#: each of its two clients (the threads' and the event loop's) keeps there after reading the
+#: slot map or INFO (the eviction check), and the wake-up listener's if its channel hashes
+#: there.
+OTHER_MASTER = 3
 
 
 def holder_ids(admin: redis.Redis, queue_key: str) -> list[str]:
@@ -46,105 +51,195 @@ def holder_ids(admin: redis.Redis, queue_key: str) -> list[str]:
     return [hashlib.sha1(str(t).encode()).hexdigest()[:16] for t in tokens]
 
 
+class Waiters:
+    """WAITERS callers of ``kind`` blocked on one held name of ``backend``: half of them
+    threads, half tasks of one event loop run by a thread of its own."""
+
+    def __init__(self, backend: Backend, kind: str) -> None:
+        self.backend = backend
+        self.kind = kind
+        self.holder = self.make()
+        assert self.holder.acquire()
+        self.queue_key: str = self.holder._keys_for(backend).queue
+        self.order: list[str] = []
+        self.errors: list[BaseException] = []
+        self.loop = asyncio.new_event_loop()
+        self.loop_thread = threading.Thread(target=self.loop.run_forever, name="tasks")
+        self.threads = [threading.Thread(target=self._in_thread) for _ in range(THREADS)]
+        self.tasks: list[Any] = []
+
+    def make(self) -> Lock | Semaphore:
+        if self.kind == "lock":
+            return Lock("hot", client=self.backend, timeout=60)
+        return Semaphore("hot", 1, client=self.backend, timeout=60)
+
+    def _got(self, primitive: Lock | Semaphore) -> None:
+        assert primitive.holder_id is not None
+        self.order.append(primitive.holder_id)  # list.append is atomic
+
+    def _in_thread(self) -> None:
+        try:
+            primitive = self.make()
+            assert primitive.acquire(timeout=120)
+            self._got(primitive)
+            primitive.release()
+        except BaseException as error:
+            self.errors.append(error)
+
+    async def _in_task(self) -> None:
+        try:
+            primitive = self.make()
+            assert await primitive.aacquire(timeout=120)
+            self._got(primitive)
+            await primitive.arelease()
+        except BaseException as error:
+            self.errors.append(error)
+
+    def queue(self, admin: redis.Redis) -> None:
+        """Start every caller; return once all are queued (``admin``: on the queue's server)."""
+        self.loop_thread.start()
+        self.tasks = [
+            asyncio.run_coroutine_threadsafe(self._in_task(), self.loop) for _ in range(TASKS)
+        ]
+        for thread in self.threads:
+            thread.start()
+        wait_until(
+            lambda: bool(self.errors) or admin.zcard(self.queue_key) == WAITERS,
+            timeout=60,
+            what=f"{WAITERS} callers to queue",
+        )
+        assert not self.errors, self.errors[:3]
+
+    def release_and_join(self) -> float:
+        """Release the holder, wait for every caller to pass; the seconds that took."""
+        started = time.monotonic()
+        self.holder.release()
+        for thread in self.threads:
+            thread.join(120)
+        for task in self.tasks:
+            task.result(120)
+        assert not self.errors, self.errors[:3]
+        return time.monotonic() - started
+
+    def end_loop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop_thread.join(10)
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())  # closes its client
+        self.loop.close()
+
+
+def sample(count: Callable[[], int]) -> list[int]:
+    """``count()`` every 0.1 s for 1.5 s: past a re-check of every waiter (1 s for locks, 0.5 s
+    for semaphores)."""
+    samples = []
+    for _ in range(15):
+        samples.append(count())
+        time.sleep(0.1)
+    return samples
+
+
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_1000_blocked_callers_share_bounded_connections_and_pass_in_order(
     make_server: Callable[..., RedisServer], namespace: str, kind: str
 ) -> None:
     server = make_server()
     admin = probe_client(server, timeout=10)
-    baseline = connected(admin)  # the probe itself
-    client = redis.Redis.from_url(server.url, socket_timeout=10)
-    assert client.connection_pool.max_connections == POOL
+    baseline = connected_clients(admin)  # the probe itself
+    client = redis.Redis.from_url(server.url, socket_timeout=10, max_connections=POOL)
     backend = Backend(client, namespace=namespace)
-
-    def make() -> Lock | Semaphore:
-        if kind == "lock":
-            return Lock("hot", client=backend, timeout=60)
-        return Semaphore("hot", 1, client=backend, timeout=60)
-
-    holder = make()
-    assert holder.acquire()
-    keys: Any = holder._keys_for(backend)
-    queue_key = keys.queue
-    order: list[str] = []
-    errors: list[BaseException] = []
-
-    def got(primitive: Lock | Semaphore) -> None:
-        assert primitive.holder_id is not None
-        order.append(primitive.holder_id)  # list.append is atomic
-
-    def in_thread() -> None:
-        try:
-            primitive = make()
-            assert primitive.acquire(timeout=120)
-            got(primitive)
-            primitive.release()
-        except BaseException as error:
-            errors.append(error)
-
-    async def in_task() -> None:
-        try:
-            primitive = make()
-            assert await primitive.aacquire(timeout=120)
-            got(primitive)
-            await primitive.arelease()
-        except BaseException as error:
-            errors.append(error)
-
-    loop = asyncio.new_event_loop()
-    loop_thread = threading.Thread(target=loop.run_forever, name="tasks")
-    loop_thread.start()
-    tasks = [asyncio.run_coroutine_threadsafe(in_task(), loop) for _ in range(TASKS)]
-    threads = [threading.Thread(target=in_thread) for _ in range(THREADS)]
+    waiters = Waiters(backend, kind)
     try:
-        for thread in threads:
-            thread.start()
-        wait_until(
-            lambda: bool(errors) or admin.zcard(queue_key) == WAITERS,
-            timeout=60,
-            what=f"{WAITERS} callers to queue",
-        )
-        assert not errors, errors[:3]
-        samples = []
-        for _ in range(15):  # 1.5 s: past a re-check of every waiter (1 s locks, 0.5 s semaphores)
-            samples.append(connected(admin) - baseline)
-            time.sleep(0.1)
+        waiters.queue(admin)
+        samples = sample(lambda: connected_clients(admin) - baseline)
         peak = max(samples)
         print(f"\n{WAITERS} {kind} waiters ({THREADS} threads, {TASKS} tasks): {peak} connections")
         assert peak <= BOUND + 1, samples  # + 1: a connection closing while one opens
-        queued = holder_ids(admin, queue_key)
+        queued = holder_ids(admin, waiters.queue_key)
         assert len(queued) == WAITERS
-
-        started = time.monotonic()
-        holder.release()
-        for thread in threads:
-            thread.join(120)
-        for task in tasks:
-            task.result(120)
-        print(f"all {WAITERS} through in {time.monotonic() - started:.1f} s")
-        assert not errors, errors[:3]
-        assert order == queued  # one after another, first come first served
+        print(f"all {WAITERS} through in {waiters.release_and_join():.1f} s")
+        assert waiters.order == queued  # one after another, first come first served
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        loop_thread.join(10)
-        loop.run_until_complete(loop.shutdown_asyncgens())  # closes the loop's client
-        loop.close()
+        waiters.end_loop()
 
-    assert connected(admin) - baseline <= POOL + 1  # the loop's connections are closed
+    assert connected_clients(admin) - baseline <= POOL + 1  # the loop's connections are closed
     backend.close()
     client.close()
     # Only the wake-up listener may still be connected (it stops after 30 s without waiters).
-    wait_until(lambda: connected(admin) - baseline <= 1, timeout=10, what="connections closed")
+    wait_until(
+        lambda: connected_clients(admin) - baseline <= 1, timeout=10, what="connections closed"
+    )
     admin.close()
 
 
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_1000_blocked_callers_on_a_cluster_share_bounded_connections_and_pass_in_order(
+    make_cluster: MakeCluster, namespace: str, kind: str
+) -> None:
+    """The same on a Cluster of three masters. The name's keys live on one master; there the
+    bound is the same: the threads' node pool (the wake-up listener's connection included
+    when its channel hashes there) and the event loop's client, which lets as many commands
+    be in flight as a node pool holds. The other masters see only what a cluster client
+    keeps on every node (see OTHER_MASTER), never a pool's worth."""
+    cluster = make_cluster(3)
+    admins = {(node.host, node.port): probe_client(node, timeout=10) for node in cluster.nodes}
+    client = cluster.library_client(socket_timeout=10, max_connections=POOL)
+    # (the given client, which the library does not use, read the slot map when made)
+    baselines = {address: connected_clients(admin) for address, admin in admins.items()}
+    backend = Backend(client, namespace=namespace)
+
+    def library_connections() -> dict[tuple[str, int], int]:
+        return {address: connected_clients(a) - baselines[address] for address, a in admins.items()}
+
+    waiters = Waiters(backend, kind)
+    node = backend.client.get_node_from_key(waiters.queue_key)
+    hot = (node.host, int(node.port))
+    try:
+        waiters.queue(admins[hot])
+        samples = sample(lambda: library_connections()[hot])
+        others = library_connections()
+        others.pop(hot)
+        peak = max(samples)
+        print(
+            f"\n{WAITERS} {kind} waiters on a cluster ({THREADS} threads, {TASKS} tasks): "
+            f"{peak} connections to the name's master, {sorted(others.values())} to the others"
+        )
+        assert peak <= BOUND + 1, samples  # + 1: a connection closing while one opens
+        assert all(count <= OTHER_MASTER for count in others.values()), others
+        queued = holder_ids(admins[hot], waiters.queue_key)
+        assert len(queued) == WAITERS
+        print(f"all {WAITERS} through in {waiters.release_and_join():.1f} s")
+        assert waiters.order == queued  # one after another, first come first served
+    finally:
+        waiters.end_loop()
+
+    assert library_connections()[hot] <= POOL + 1  # the loop's connections are closed
+    backend.close()
+    client.close()
+    # Only the wake-up listener may still be connected (it stops after 30 s without waiters).
+    wait_until(
+        lambda: sum(library_connections().values()) <= 1,
+        timeout=10,
+        what="connections closed",
+    )
+    for admin in admins.values():
+        admin.close()
+
+
+@pytest.mark.parametrize("topology", ["server", pytest.param("cluster", marks=pytest.mark.cluster)])
 def test_a_full_pool_makes_callers_wait_for_a_connection_not_fail(
-    redis_server: Any, namespace: str
+    request: pytest.FixtureRequest, namespace: str, topology: str
 ) -> None:
     """Regression: the Backend's pools raised "Too many connections" (LockBackendError) as soon
     as more calls than the pool's size ran at once; 900 of 1,000 blocked asyncio callers
-    failed that way with redis-py's default pool of 100."""
-    client = redis.Redis.from_url(redis_server.url, socket_timeout=5, max_connections=3)
+    failed that way with redis-py's default pool of 100. On a Cluster each node has a pool
+    of that size, and names here live on every master."""
+    client: Any
+    if topology == "server":
+        url = request.getfixturevalue("redis_server").url
+        client = redis.Redis.from_url(url, socket_timeout=5, max_connections=3)
+    else:
+        cluster = request.getfixturevalue("redis_cluster")
+        client = cluster.library_client(socket_timeout=5, max_connections=3)
     backend = Backend(client, namespace=namespace)
     errors: list[BaseException] = []
 
@@ -163,13 +258,20 @@ def test_a_full_pool_makes_callers_wait_for_a_connection_not_fail(
 
     async def in_tasks() -> None:
         async def acycle(name: str) -> None:
-            async with Lock(name, client=backend, timeout=5):
-                pass
+            try:
+                async with Lock(name, client=backend, timeout=5):
+                    pass
+            except BaseException as error:
+                errors.append(error)
 
         await asyncio.gather(*(acycle(f"async-{i}") for i in range(60)))
 
     asyncio.run(in_tasks())
     assert not errors, errors[:3]
-    assert len(backend.client.connection_pool._connections) <= 3
+    if topology == "server":
+        pools = [backend.client.connection_pool]
+    else:
+        pools = [node_client(node).connection_pool for node in backend.client.get_nodes()]
+    assert all(len(pool._connections) <= 3 for pool in pools), [len(p._connections) for p in pools]
     backend.close()
     client.close()
