@@ -18,6 +18,7 @@ import valkey.asyncio
 
 from django_redis_locks import InvalidArgumentType, Lock, Semaphore
 from django_redis_locks.core import Backend
+from tests.harness.acl import unrestricted_url
 from tests.harness.servers import wait_until
 from tests.helpers import seconds_to_wake_a_waiter
 
@@ -79,12 +80,18 @@ def valkey_client(redis_server: Any) -> Any:
         yield client
 
 
+def _flush_scripts(server: Any) -> None:
+    """SCRIPT FLUSH as the unrestricted user (the library's ACL user may not)."""
+    with valkey.Valkey.from_url(unrestricted_url(server.url), socket_timeout=5) as admin:
+        admin.script_flush()
+
+
 def test_valkey_py_clients_take_locks_and_slots_and_are_woken(
-    valkey_client: Any, namespace: str
+    valkey_client: Any, redis_server: Any, namespace: str
 ) -> None:
     backend = Backend(valkey_client, namespace=namespace)
     try:
-        valkey_client.script_flush()  # the scripts are loaded on the first NOSCRIPT
+        _flush_scripts(redis_server)  # the scripts are loaded on the first NOSCRIPT
         assert seconds_to_wake_a_waiter(backend, "valkey:job") < 1.0
         started = time.monotonic()
 
@@ -109,7 +116,7 @@ def test_an_asyncio_valkey_client_works_alone_and_gives_a_sync_twin(
         client = valkey.asyncio.Valkey.from_url(redis_server.url, socket_timeout=5)
         backend = Backend(client, namespace=namespace)
         try:
-            await client.script_flush()
+            _flush_scripts(redis_server)
             async with Lock("valkey:async", client=backend, timeout=1, auto_renew=True) as lock:
                 await asyncio.sleep(1.5)  # (past the TTL: the renewer runs on the sync twin)
                 assert await lock.aensure_held() > 0
