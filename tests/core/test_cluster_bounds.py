@@ -111,6 +111,7 @@ class Owner:
             await self.held.arelease()
 
 
+@pytest.mark.chaos  # SIGSTOPs a master for three rounds: about 25 s, in the chaos tier's CI step
 @pytest.mark.parametrize("flavour", ["sync", "asyncio"])
 def test_calls_on_a_stopped_master_fail_within_two_socket_timeouts(
     make_cluster: MakeCluster, namespace: str, flavour: str

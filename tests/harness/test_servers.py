@@ -313,6 +313,7 @@ def test_cluster_context_manager_stops_every_node() -> None:
 
 
 @pytest.mark.sentinel
+@pytest.mark.chaos  # a failover: in the chaos tier's CI step, beside the scenarios that use it
 def test_a_sentinel_group_settles_fails_over_and_stops(
     make_sentinel_group: MakeSentinelGroup,
 ) -> None:
@@ -342,6 +343,7 @@ def test_a_sentinel_group_settles_fails_over_and_stops(
 
 
 @pytest.mark.cluster
+@pytest.mark.chaos  # a failover: in the chaos tier's CI step, beside the scenarios that use it
 def test_a_cluster_with_replicas_promotes_the_replica_of_a_killed_master(
     make_cluster: MakeCluster,
 ) -> None:

@@ -171,6 +171,7 @@ def test_1000_blocked_callers_share_bounded_connections_and_pass_in_order(
     admin.close()
 
 
+@pytest.mark.chaos  # a 3-master Cluster with 1,000 callers: about 20 s, in the chaos tier's CI step
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_1000_blocked_callers_on_a_cluster_share_bounded_connections_and_pass_in_order(
     make_cluster: MakeCluster, namespace: str, kind: str
