@@ -2,7 +2,9 @@
 
 Three masters with one replica each (node timeout 1 s). Worker processes (``cycle`` jobs,
 configured as a Django project with the reference's ``CLIENT_FACTORY``) churn auto-renewed
-locks whose names live on each of the three masters, two workers a name. The test process
+locks whose names live on each of the three masters, two workers a name: on each master one
+lock without ``wait_for_replicas`` ("plain") and one with ``wait_for_replicas="majority"``
+("replicated"). The test process
 lists the locks and force-releases a hold before the kill, right after it (before the
 promotion), and after the promotion. Hold intervals are on the machine's monotonic clock,
 as in scenario 12; fences come from the clock of the master that granted them.
@@ -41,6 +43,11 @@ pytestmark = pytest.mark.chaos
 
 TTL = 2.0
 WORKERS_PER_NAME = 2
+#: name prefix -> extra cycle options: one lock of each kind on every master
+GROUPS: dict[str, dict[str, object]] = {
+    "job": {},
+    "rjob": {"wait_for_replicas": "majority"},
+}
 
 
 def names_by_master(
@@ -83,8 +90,13 @@ def test_a_killed_master_is_replaced_by_its_replica_under_churn(
     figures: dict[str, Any],
 ) -> None:
     cluster = make_cluster(3, replicas=1, node_timeout_ms=1000)
-    names = names_by_master(cluster, namespace)
-    assert len(names) == 3
+    names: dict[str, RedisServer] = {}
+    options: dict[str, dict[str, object]] = {}
+    for prefix, extra in GROUPS.items():
+        placed = names_by_master(cluster, namespace, prefix)
+        assert len(placed) == 3
+        names.update(placed)
+        options.update(dict.fromkeys(placed, extra))
     login = cluster.acl_user.credentials() if cluster.acl_user is not None else ""
     spec = json.dumps({"kind": "cluster", "nodes": cluster.startup_nodes, "login": login})
     logs: dict[str, list[Path]] = {}
@@ -105,6 +117,7 @@ def test_a_killed_master_is_replaced_by_its_replica_under_churn(
                     acquire_wait=1.0,
                     log=log,
                     stop_file=tmp_path / "stop",
+                    **options[name],
                 ),
                 stderr=subprocess.PIPE,
             )
@@ -159,6 +172,7 @@ def test_a_killed_master_is_replaced_by_its_replica_under_churn(
         earlier = [h.fence for h in holds if h.start < fault_at]
         results[name] = {
             "on_the_killed_master": names[name] is victim,
+            "wait_for_replicas": options[name].get("wait_for_replicas"),
             "grants": len(holds),
             "granted_again_after_s": round(later[0].start - fault_at, 3) if later else None,
             "failed_calls": len(failed) + len(waiting),
