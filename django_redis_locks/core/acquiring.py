@@ -30,7 +30,7 @@ from .holder import holder_id
 from .lock_protocol import WAITER_LEASE_MS
 from .renewal import renewer
 from .scripting import Call
-from .wakeup import decode_wake
+from .wake_messages import decode_wake
 
 __all__ = [
     "HANDOVER_TRUST",

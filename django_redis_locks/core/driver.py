@@ -22,7 +22,7 @@ from .errors import LockBackendError
 from .libraries import backend_errors
 from .renewal import renewer
 from .scripting import Call, run, run_async, run_many, run_many_async
-from .wakeup import AsyncWaiter, SyncWaiter
+from .waiters import AsyncWaiter, SyncWaiter
 
 __all__ = [
     "Command",

@@ -1,26 +1,15 @@
 """Wake blocked waiters when a lock is released: one pub/sub connection per process and server.
 
-Each process listens on a channel of its own (``<ns>:wake:<random id>``), which a waiter
-records with its place in a queue. Release scripts publish there, one message per waiter that
-may now go ahead. The message format (the scripts build it; :func:`split_message` and
-:func:`decode_wake` read it)::
-
-    <member>#<holder id>                       try now: the name is free, or was handed to
-                                               you for a moment (confirm it by trying)
-    <member>#<holder id>|<ms>                  the name stays kept for its holder's slice
-                                               this many ms
-    <member>#<holder id>|<n>|<ttl>|<at>        the name is yours for <ttl> ms from <at> (ms,
-                                               server time): fence (lock) or ticket
-                                               (semaphore) <n>
-
-``member`` is ``"lock:<name>"`` or ``"sem:<name>"``, ``holder id`` the waiter's (see
-:mod:`.holder`). Uncontended releases publish nothing, and no process hears of another's
-waiters. In each process one subscription per (client, namespace) carries every wake-up
-(:mod:`.subscription`); a blocked thread reads it itself while nobody else does, so its own
-wake-up comes without a hop through another thread, and it wakes the other waiters whose
-messages it reads (sync through ``threading.Event``, asyncio through
-``loop.call_soon_threadsafe``). While asyncio waiters wait, a listener thread reads for them.
-However many callers wait, the process holds one extra connection per server.
+Each process listens on a channel of its own, which a waiter records with its place in a
+queue; release scripts publish there, one message per waiter that may now go ahead (the
+format: :mod:`.wake_messages`; the waiters: :mod:`.waiters`). Uncontended releases publish
+nothing, and no process hears of another's waiters. In each process one subscription per
+(client, namespace) carries every wake-up (:mod:`.subscription`); a blocked thread reads it
+itself while nobody else does, so its own wake-up comes without a hop through another
+thread, and it wakes the other waiters whose messages it reads (sync through
+``threading.Event``, asyncio through ``loop.call_soon_threadsafe``). While asyncio waiters
+wait, a listener thread reads for them. However many callers wait, the process holds one
+extra connection per server.
 
 Waiters never rely on a notification alone: each wait is bounded (by the holder's remaining
 TTL and a re-check interval), so a lost message costs latency, never liveness. After the
@@ -34,17 +23,17 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import secrets
 import threading
 import time
 from typing import Any
 
 from .ownership import runtime_key
-from .replies import Acquired
 from .subscription import Subscription
+from .waiters import AsyncWaiter, SyncWaiter, Waiter
+from .wake_messages import split_message
 
-__all__ = ["AsyncWaiter", "SyncWaiter", "WakeupHub", "decode_wake", "hub_for", "split_message"]
+__all__ = ["WakeupHub", "hub_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,106 +42,6 @@ logger = logging.getLogger(__name__)
 _POLL_SECONDS = 1.0
 #: The listener thread ends after this long without waiters.
 _IDLE_EXIT_SECONDS = 30.0
-#: A wake-up message with news after the waiter key: "|<ms>" or "|<n>|<ttl ms>|<at ms>".
-_WITH_NEWS = re.compile(r"(.*#[0-9a-f]{16})\|(\d+(?:\|\d+\|\d+)?)", re.DOTALL)
-
-
-def split_message(data: str) -> tuple[str, str]:
-    """(waiter key, news or "") of a wake-up message."""
-    match = _WITH_NEWS.fullmatch(data)
-    return (match[1], match[2]) if match else (data, "")
-
-
-def decode_wake(news: str) -> Acquired | float | None:
-    """What a waiter was told: None, try now; the seconds to wait before trying; or the hold
-    it was handed (an Acquired whose ``server_now_ms`` is the grant's time)."""
-    if not news:
-        return None
-    parts = news.split("|")
-    if len(parts) == 1:
-        return int(parts[0]) / 1000
-    return Acquired(
-        fence=int(parts[0]), ttl_ms=int(parts[1]), server_now_ms=int(parts[2]), retried=False
-    )
-
-
-class SyncWaiter:
-    """A thread's (or greenlet's) registration for wake-ups under one key."""
-
-    __slots__ = ("_event", "_news", "_woken", "hub", "member")
-
-    def __init__(self, hub: WakeupHub, member: str) -> None:
-        self.hub = hub
-        self.member = member
-        self._event = threading.Event()
-        self._news = ""
-        self._woken = False
-
-    def wake(self, news: str = "") -> None:
-        self._news = news  # the latest message counts
-        self._woken = True
-        self._event.set()
-
-    def poke(self) -> None:
-        """Not a wake-up: the reader left, this waiter may take over reading."""
-        self._event.set()
-
-    def wait(self, timeout: float) -> str | None:
-        """Block up to ``timeout`` seconds. None if not woken, else the message's news ("":
-        try now; see :func:`decode_wake`). Consumes the wake-up."""
-        return self.hub.wait_sync(self, timeout)
-
-    def take(self) -> str | None:
-        """The news if woken (consumed), else None; clears the event either way."""
-        self._event.clear()  # first: a wake-up that comes after this is not lost
-        if not self._woken:
-            return None
-        self._woken = False
-        news, self._news = self._news, ""
-        return news
-
-    def close(self) -> None:
-        self.hub.unregister(self)
-
-
-class AsyncWaiter:
-    """An asyncio task's registration for wake-ups under one key."""
-
-    __slots__ = ("_event", "_loop", "_news", "hub", "member")
-
-    def __init__(self, hub: WakeupHub, member: str) -> None:
-        self.hub = hub
-        self.member = member
-        self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
-        self._news = ""
-
-    def wake(self, news: str = "") -> None:
-        self._news = news  # the latest message counts; read by wait() on the loop
-        with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting any more
-            self._loop.call_soon_threadsafe(self._event.set)
-
-    def poke(self) -> None:
-        """asyncio waiters never read: nothing to take over."""
-
-    async def wait(self, timeout: float) -> str | None:
-        """Wait up to ``timeout`` seconds. None if not woken, else the message's news ("":
-        try now; see :func:`decode_wake`). Consumes the wake-up."""
-        try:
-            async with asyncio.timeout(max(timeout, 0.0)):
-                await self._event.wait()
-        except TimeoutError:
-            return None
-        finally:
-            self._event.clear()
-        news, self._news = self._news, ""
-        return news
-
-    def close(self) -> None:
-        self.hub.unregister(self)
-
-
-Waiter = SyncWaiter | AsyncWaiter
 
 
 class WakeupHub:

@@ -52,7 +52,7 @@ from django_redis_locks.core.validation import (
     check_wait,
     to_millis,
 )
-from django_redis_locks.core.wakeup import split_message
+from django_redis_locks.core.wake_messages import split_message
 from django_redis_locks.lock_names import MAX_VALUE_CHARS, Namer, Unbindable, encode_value
 
 #: The longest kind word with its separators: ``<ns>:{255}:lockq:`` is namespace + 13.

@@ -14,7 +14,7 @@
 -- ARGV[3]  forced release: the request's id (random), so that it is recognised if resent
 --
 -- The registry member ("lock:<name>") comes from KEYS[1]; wake-up messages go to the
--- waiter's own channel (see the wake-up format in wakeup.py). A release that leaves the lock
+-- waiter's own channel (see the wake-up format in wake_messages.py). A release that leaves the lock
 -- free keeps only its fence, recent releases and average hold (see lib/lock).
 --
 -- Reply:

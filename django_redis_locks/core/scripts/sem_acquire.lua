@@ -17,7 +17,7 @@
 --          back within it loses its place
 -- ARGV[7]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
 --
--- The registry member ("sem:<name>"), also the start of wake-up messages (wakeup.py), comes
+-- The registry member ("sem:<name>"), also the start of wake-up messages (wake_messages.py), comes
 -- from KEYS[1].
 --
 -- Reply:

@@ -13,7 +13,7 @@
 -- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
 -- ARGV[3]  forced release: the request's id (random), so that it is recognised if resent
 --
--- The registry member ("sem:<name>"), also the start of wake-up messages (wakeup.py), comes
+-- The registry member ("sem:<name>"), also the start of wake-up messages (wake_messages.py), comes
 -- from KEYS[1].
 --
 -- Reply:
