@@ -11,81 +11,44 @@ does), keeps it alive with heartbeats while it runs, and gives it back when it e
 with an exception, or on SIGTERM / SIGINT. A run killed with SIGKILL frees its slot when its
 TTL runs out. When all slots are taken, the policy decides: wait for a slot, skip (exit 0)
 or fail (exit 1).
+
+The ``--semaphore-*`` options and a run's settings are in ``command_options``, taking a slot
+under the policy in ``command_policy``, and the SIGTERM / SIGINT handling in
+``command_signals``; this module is the mixin that puts them together.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from types import FrameType
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
-from .core.errors import (
-    InvalidArgument,
-    InvalidArgumentType,
-    LockBackendError,
-    LockConfigurationError,
-    LockError,
-    LockLost,
-    LockNotOwned,
-    SemaphoreLimitMismatch,
+from .command_options import (
+    POLICIES,
+    Policy,
+    SemaphoreConfig,
+    add_semaphore_options,
+    resolve_config,
+    shorten_argv,
 )
-from .core.semaphore import Semaphore, check_limit
-from .core.validation import check_bool, check_name, check_ttl, check_wait
+from .command_policy import acquire_slot, report_no_slot
+from .command_signals import CommandTerminated, SignalGuard
+from .core.errors import LockError, LockLost, LockNotOwned
+from .core.semaphore import Semaphore
 
 __all__ = ["POLICIES", "CommandTerminated", "SemaphoreCommandMixin"]
 
 logger = logging.getLogger("django_redis_locks.commands")
 
-Policy = Literal["wait", "skip", "fail"]
-#: What a run does when every slot is taken.
-POLICIES: tuple[Policy, ...] = ("wait", "skip", "fail")
-#: Longest argv recorded in a slot's metadata (arguments, and characters per argument).
-_MAX_ARGV_ITEMS = 32
-_MAX_ARG_CHARS = 64
-#: ... and in all, as JSON: half of the slot's 4 KB of metadata (non-ASCII and control
-#: characters take up to 12 bytes each there, so the counts above alone do not bound it).
-_MAX_ARGV_JSON_BYTES = 2048
-#: Name of the core's threads that clean up after an interrupted call (core.driver).
-_Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | None
-
 if TYPE_CHECKING:
     _CommandBase = BaseCommand
 else:
     _CommandBase = object
-
-
-class CommandTerminated(SystemExit):
-    """Raised in the main thread by SIGTERM while a semaphore-limited command runs.
-
-    A ``SystemExit`` with code ``128 + signal number`` (143 for SIGTERM): ``finally`` blocks
-    run, the slot is given back, and the process exits with the status a shell reports for
-    a process ended by SIGTERM.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(128 + signum)
-        self.signum = signum
-
-
-@dataclass(frozen=True, slots=True)
-class SemaphoreConfig:
-    """The semaphore settings of one run: class attributes, overridden by options."""
-
-    name: str
-    limit: int
-    timeout: float
-    policy: Policy
-    wait: float | None
-    using: str | None
-    abort_on_loss: bool
 
 
 class SemaphoreCommandMixin(_CommandBase):
@@ -130,48 +93,18 @@ class SemaphoreCommandMixin(_CommandBase):
     _semaphore_abort_on_loss = False
     _semaphore_command: str | None = None
     _semaphore_argv: list[str] | None = None
-    _semaphore_guard: _SignalGuard | None = None
+    _semaphore_guard: SignalGuard | None = None
 
     # -- Django hooks -----------------------------------------------------------------------
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         """The command's parser, with the ``--semaphore-*`` options added."""
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         self._semaphore_command = subcommand
-        group = parser.add_argument_group(
-            "semaphore", "at most --semaphore-limit copies of this command run at once"
-        )
-        group.add_argument(
-            "--semaphore-wait",
-            type=float,
-            default=None,
-            metavar="SECONDS",
-            help="Wait up to SECONDS for a free slot (implies --semaphore-policy wait).",
-        )
-        group.add_argument(
-            "--semaphore-policy",
-            choices=POLICIES,
-            default=None,
-            help=(
-                f"When every slot is taken: wait, skip (exit 0) or fail (exit 1). "
-                f"Default: {self.semaphore_policy}."
-            ),
-        )
-        group.add_argument(
-            "--semaphore-limit",
-            type=int,
-            default=None,
-            metavar="N",
-            help=f"How many copies may run at once. Default: {self.semaphore_limit}.",
-        )
-        group.add_argument(
-            "--semaphore-timeout",
-            type=float,
-            default=None,
-            metavar="SECONDS",
-            help=(
-                "TTL of this run's slot; it is renewed while the run lives, so this is how "
-                f"long a killed run blocks its slot. Default: {self.semaphore_timeout:g}."
-            ),
+        add_semaphore_options(
+            parser,
+            policy=self.semaphore_policy,
+            limit=self.semaphore_limit,
+            timeout=self.semaphore_timeout,
         )
         return parser
 
@@ -204,7 +137,7 @@ class SemaphoreCommandMixin(_CommandBase):
         self.semaphore = semaphore
         guard = None
         if threading.current_thread() is threading.main_thread():
-            guard = _SignalGuard(label)
+            guard = SignalGuard(label)
         self._semaphore_guard = guard
         try:
             if guard is not None:
@@ -252,14 +185,7 @@ class SemaphoreCommandMixin(_CommandBase):
             argv = ["call_command", self._semaphore_command_name(), *map(str, args)]
         else:
             argv = [os.path.basename(argv[0]), *argv[1:]]
-        shortened = [
-            arg if len(arg) <= _MAX_ARG_CHARS else arg[: _MAX_ARG_CHARS - 3] + "..."
-            for arg in argv[:_MAX_ARGV_ITEMS]
-        ]
-        while shortened and len(json.dumps(shortened)) > _MAX_ARGV_JSON_BYTES:
-            shortened.pop()
-        if len(argv) > len(shortened):
-            shortened.append(f"... ({len(argv) - len(shortened)} more)")
+        shortened = shorten_argv(argv)
         return {"label": self.semaphore_label(), "argv": shortened}
 
     def semaphore_config(self, options: Mapping[str, Any]) -> SemaphoreConfig:
@@ -267,34 +193,15 @@ class SemaphoreCommandMixin(_CommandBase):
 
         Raises CommandError naming the option (or attribute) for a bad value.
         """
-        wait_option = options.get("semaphore_wait")
-        policy_option = options.get("semaphore_policy")
-        policy = policy_option if policy_option is not None else self.semaphore_policy
-        if wait_option is not None:
-            if policy_option is not None and policy_option != "wait":
-                raise CommandError(
-                    f"--semaphore-wait makes a run wait for a slot; it cannot be combined "
-                    f"with --semaphore-policy {policy_option}"
-                )
-            policy = "wait"
-        if policy not in POLICIES:
-            source = "--semaphore-policy" if policy_option is not None else "semaphore_policy"
-            raise CommandError(f"{source} must be one of {', '.join(POLICIES)} (got {policy!r})")
-        name = self.semaphore_name or self._semaphore_command_name()
-        return SemaphoreConfig(
-            name=_option("semaphore_name", check_name, f"command:{name}"),
-            limit=_resolve(
-                options, "--semaphore-limit", check_limit, self.semaphore_limit, kind=int
-            ),
-            timeout=_resolve(options, "--semaphore-timeout", check_ttl, self.semaphore_timeout),
-            policy=policy,
-            wait=_resolve(options, "--semaphore-wait", check_wait, self.semaphore_wait),
-            using=_option("semaphore_using", _check_using, self.semaphore_using),
-            abort_on_loss=_option(
-                "semaphore_abort_on_loss",
-                lambda value: check_bool(value, "semaphore_abort_on_loss"),
-                self.semaphore_abort_on_loss,
-            ),
+        return resolve_config(
+            options,
+            name=self.semaphore_name or self._semaphore_command_name(),
+            limit=self.semaphore_limit,
+            timeout=self.semaphore_timeout,
+            policy=self.semaphore_policy,
+            wait=self.semaphore_wait,
+            using=self.semaphore_using,
+            abort_on_loss=self.semaphore_abort_on_loss,
         )
 
     # -- plumbing -------------------------------------------------------------------------
@@ -313,56 +220,18 @@ class SemaphoreCommandMixin(_CommandBase):
 
     def _semaphore_take(self, semaphore: Semaphore, config: SemaphoreConfig, label: str) -> bool:
         """Take a slot; False (after saying so) when a "skip" run finds none."""
-        waiting = config.policy == "wait"
-        try:
-            if waiting:
-                acquired = semaphore.acquire(blocking=True, timeout=config.wait)
-            else:
-                acquired = semaphore.acquire(blocking=False)
-        except SemaphoreLimitMismatch as exc:
-            raise CommandError(
-                f"{label}: {config.name!r} is in use with limit {exc.stored_limit} by runs "
-                f"that are still going; this run asks for {exc.limit}. Every copy must use "
-                f"the same limit: pass --semaphore-limit {exc.stored_limit}, or wait until "
-                "those runs ended (the new limit then takes over)"
-            ) from exc
-        except (LockBackendError, LockConfigurationError) as exc:
-            raise CommandError(f"{label}: cannot take a slot of {config.name!r}: {exc}") from exc
-        if acquired:
-            self.semaphore_holder_id = semaphore.holder_id
-            logger.info(
-                "command: %s runs in a slot of %r (limit %d, holder %s)",
-                label,
-                config.name,
-                config.limit,
-                semaphore.holder_id,
-            )
-            return True
-        busy = self._semaphore_busy(semaphore, config)
-        if waiting:
-            raise CommandError(
-                f"{label}: waited {config.wait:g} s for a slot of {config.name!r}, but {busy}"
-            )
-        if config.policy == "fail":
-            raise CommandError(f"{label}: not running: {busy}")
-        logger.info("command: %s skipped: %s", label, busy)
-        self.stderr.write(f"{label}: skipped: {busy}")
-        return False
-
-    def _semaphore_busy(self, semaphore: Semaphore, config: SemaphoreConfig) -> str:
-        """Why no slot was free: "2 copies already running (limit 2)"."""
-        from .inspect import get_semaphore
-
-        try:
-            info = get_semaphore(config.name, using=config.using)
-        except LockError:
-            return f"all {config.limit} slots are taken"
-        running = 0 if info is None else info.count
-        waiting = 0 if info is None else info.waiting
-        text = f"{running} {'copy' if running == 1 else 'copies'} already running"
-        if waiting:
-            text += f" and {waiting} {'waits' if waiting == 1 else 'wait'}"
-        return f"{text} (limit {config.limit})"
+        if not acquire_slot(semaphore, config, label):
+            report_no_slot(config, label, self.stderr)  # raises unless the policy is "skip"
+            return False
+        self.semaphore_holder_id = semaphore.holder_id
+        logger.info(
+            "command: %s runs in a slot of %r (limit %d, holder %s)",
+            label,
+            config.name,
+            config.limit,
+            semaphore.holder_id,
+        )
+        return True
 
     def _semaphore_give_back(self, semaphore: Semaphore, label: str) -> None:
         """Release the slot; never raises (a signal held meanwhile is raised afterwards)."""
@@ -418,124 +287,3 @@ class SemaphoreCommandMixin(_CommandBase):
 
     def _semaphore_lost_error(self, label: str) -> CommandError:
         return CommandError(f"{label} lost its slot: {self.semaphore_lost_reason}")
-
-
-class _SignalGuard:
-    """SIGTERM and SIGINT handlers for the main thread while a command runs.
-
-    SIGTERM raises :class:`CommandTerminated`, SIGINT ``KeyboardInterrupt``, in the main
-    thread, so that ``finally`` gives the slot back. While the slot is being given back a
-    signal is held and raised afterwards, so a second Ctrl-C cannot cut the release short.
-    A lost slot (with ``abort_on_loss``) is delivered as a SIGTERM to the main thread, which
-    interrupts a blocking call, and becomes CommandError there.
-    """
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.deferring = False
-        self.received: int | None = None
-        self._pending: int | None = None
-        self._previous: dict[int, _Handler] = {}
-        self._abort_reason: str | None = None
-        self._abort_delivered = False
-        self._installed = False
-        self._mutex = threading.Lock()
-        self._main = threading.main_thread().ident
-
-    def install(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous = signal.getsignal(signum)
-            if previous is signal.SIG_IGN:
-                continue  # the process was told to ignore it; keep it that way
-            self._previous[signum] = previous
-            signal.signal(signum, self._handle)
-        with self._mutex:
-            self._installed = True
-
-    def uninstall(self) -> None:
-        with self._mutex:
-            self._installed = False
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)  # (runs a pending handler first)
-
-    def abort(self, reason: str) -> None:
-        """From another thread: interrupt the main thread with the loss."""
-        if threading.get_ident() == self._main:
-            return  # found by ensure_held() or release() there, which raise LockLost
-        with self._mutex:
-            if not self._installed or self._abort_reason is not None:
-                return
-            self._abort_reason = reason
-            if signal.SIGTERM in self._previous and self._main is not None:
-                signal.pthread_kill(self._main, signal.SIGTERM)
-
-    def raise_pending(self) -> None:
-        signum, self._pending = self._pending, None
-        if signum is not None:
-            self._raise(signum, after_release=True)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.deferring:
-            if self._pending is None or self._pending_is_abort():
-                self._pending = signum  # a real signal wins over the loss
-            return
-        self._raise(signum, after_release=False)
-
-    def _pending_is_abort(self) -> bool:
-        return self._pending == signal.SIGTERM and self._is_abort(signal.SIGTERM)
-
-    def _is_abort(self, signum: int) -> bool:
-        return (
-            signum == signal.SIGTERM
-            and self._abort_reason is not None
-            and not self._abort_delivered
-        )
-
-    def _raise(self, signum: int, *, after_release: bool) -> None:
-        if self._is_abort(signum):
-            self._abort_delivered = True
-            if after_release:
-                return  # the run is over; execute() reports the loss
-            raise CommandError(f"{self.label} lost its slot: {self._abort_reason}")
-        self.received = signum
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise CommandTerminated(signum)
-
-
-def _resolve(
-    options: Mapping[str, Any],
-    option: str,
-    check: Callable[[Any], Any],
-    default: Any,
-    *,
-    kind: type = float,
-) -> Any:
-    """An option's value (converting text from call_command), else the class attribute's."""
-    key = option.lstrip("-").replace("-", "_")
-    value = options.get(key)
-    source = option
-    if value is None:
-        value, source = default, key
-    elif isinstance(value, str):
-        try:
-            value = kind(value)
-        except ValueError:
-            raise CommandError(f"{option} must be a number (got {value!r})") from None
-    try:
-        return check(value)
-    except (InvalidArgument, InvalidArgumentType) as exc:
-        raise CommandError(f"{source} {str(exc).partition(': ')[2]}") from None
-
-
-def _option(attribute: str, check: Callable[[Any], Any], value: Any) -> Any:
-    try:
-        return check(value)
-    except (InvalidArgument, InvalidArgumentType) as exc:
-        raise CommandError(f"{attribute} {str(exc).partition(': ')[2]}") from None
-
-
-def _check_using(value: object) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise InvalidArgumentType("using", f"must be a cache alias or None, not {value!r}")
-    return value

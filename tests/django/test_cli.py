@@ -22,7 +22,8 @@ from django.test import override_settings
 
 from django_redis_locks import Lock, LockLost, Semaphore
 from django_redis_locks.inspect import get_lock, get_semaphore
-from django_redis_locks.management.commands.redis_locks import COLUMNS, operator
+from django_redis_locks.management.commands.redis_locks import operator
+from django_redis_locks.management.listing_output import COLUMNS
 from django_redis_locks.signals import hold_force_released
 from tests.harness.servers import wait_until
 from tests.testapp.runner import Manage, finish, manage_processes

@@ -18,9 +18,8 @@ import os
 import socket
 import sys
 from argparse import ArgumentParser
-from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -36,23 +35,20 @@ from django_redis_locks.inspect import (
     list_locks,
     list_semaphores,
 )
+from django_redis_locks.management.listing_output import (
+    holder_block,
+    holder_json,
+    lock_row,
+    semaphore_json,
+    semaphore_rows,
+    table,
+    who,
+)
+from django_redis_locks.management.release_target import Kind, release_target
 
 T = TypeVar("T")
-Kind = Literal["lock", "semaphore"]
 KINDS: tuple[Kind, ...] = ("lock", "semaphore")
 PAGE_SIZE = 500
-COLUMNS = (
-    "KIND",
-    "NAME",
-    "HOLDER",
-    "HOST",
-    "PID",
-    "THREAD/TASK",
-    "LABEL",
-    "ACQUIRED AT (UTC)",
-    "EXPIRES IN",
-    "FENCE/SLOTS",
-)
 
 
 class Command(BaseCommand):
@@ -129,9 +125,9 @@ class Command(BaseCommand):
         if options["json"]:
             data: dict[str, Any] = {}
             if kind in ("lock", "all"):
-                data["locks"] = [_holder_json(hold) for hold in locks]
+                data["locks"] = [holder_json(hold) for hold in locks]
             if kind in ("semaphore", "all"):
-                data["semaphores"] = [_semaphore_json(semaphore) for semaphore in semaphores]
+                data["semaphores"] = [semaphore_json(semaphore) for semaphore in semaphores]
             self._print_json(data)
             return
         if not locks and not semaphores:
@@ -141,10 +137,10 @@ class Command(BaseCommand):
             where = f" whose name starts with {prefix!r}" if prefix else ""
             self.stdout.write(f"{what} held{where}.")
             return
-        rows = [_lock_row(hold) for hold in locks]
-        rows += [row for semaphore in semaphores for row in _semaphore_rows(semaphore)]
+        rows = [lock_row(hold) for hold in locks]
+        rows += [row for semaphore in semaphores for row in semaphore_rows(semaphore)]
         rows.sort(key=lambda row: (row[1], row[0]))  # by name, a lock before a semaphore
-        self.stdout.write(_table(rows))
+        self.stdout.write(table(rows))
 
     # -- show ---------------------------------------------------------------------------
     def show(self, options: dict[str, Any]) -> None:
@@ -159,20 +155,20 @@ class Command(BaseCommand):
         if options["json"]:
             data: dict[str, Any] = {}
             if kind in ("lock", "all"):
-                data["lock"] = None if lock is None else _holder_json(lock)
+                data["lock"] = None if lock is None else holder_json(lock)
             if kind in ("semaphore", "all"):
-                data["semaphore"] = None if semaphore is None else _semaphore_json(semaphore)
+                data["semaphore"] = None if semaphore is None else semaphore_json(semaphore)
             self._print_json(data)
             return
         blocks = []
         if lock is not None:
-            blocks.append(f"lock {name!r}, fence {lock.fence}\n" + _holder_block(lock))
+            blocks.append(f"lock {name!r}, fence {lock.fence}\n" + holder_block(lock))
         if semaphore is not None:
             head = (
                 f"semaphore {name!r}: limit {semaphore.limit}, {semaphore.count} held, "
                 f"{semaphore.waiting} waiting"
             )
-            holders = "\n\n".join(_holder_block(holder) for holder in semaphore.holders)
+            holders = "\n\n".join(holder_block(holder) for holder in semaphore.holders)
             blocks.append(f"{head}\n{holders}" if holders else head)
         self.stdout.write("\n\n".join(blocks))
 
@@ -187,7 +183,7 @@ class Command(BaseCommand):
                 f"--holder must be a holder id as listed: {HOLDER_ID_LENGTH} lowercase hex "
                 f"digits (got {holder_id!r})"
             )
-        kind, target = self._release_target(name, options["kind"], holder_id, using)
+        kind, target = release_target(name, options["kind"], holder_id, using)
         if not options["yes"]:
             self._confirm(kind, target)
         by = operator()
@@ -205,57 +201,13 @@ class Command(BaseCommand):
                     "name": name,
                     "holder_id": target.holder_id,
                     "by": by,
-                    "holder": _holder_json(target),
+                    "holder": holder_json(target),
                 }
             )
         else:
             self.stdout.write(
-                f"Released {kind} {name!r}: holder {target.holder_id} ({_who(target)})."
+                f"Released {kind} {name!r}: holder {target.holder_id} ({who(target)})."
             )
-
-    def _release_target(
-        self, name: str, kind: Kind | None, holder_id: str | None, using: str | None
-    ) -> tuple[Kind, HolderInfo]:
-        lock = get_lock(name, using=using) if kind in (None, "lock") else None
-        semaphore = get_semaphore(name, using=using) if kind in (None, "semaphore") else None
-        sem_holders = semaphore.holders if semaphore is not None else ()
-        if kind is None:
-            if lock is None and not sem_holders:
-                raise CommandError(f"Nothing named {name!r} is held (no lock, no semaphore).")
-            if lock is not None and sem_holders:
-                if holder_id is not None and holder_id == lock.holder_id:
-                    kind = "lock"
-                elif holder_id is not None and any(h.holder_id == holder_id for h in sem_holders):
-                    kind = "semaphore"
-                else:
-                    raise CommandError(
-                        f"Both a lock and a semaphore named {name!r} are held: pass --kind."
-                    )
-            else:
-                kind = "lock" if lock is not None else "semaphore"
-        if kind == "lock":
-            if lock is None:
-                raise CommandError(f"The lock {name!r} is not held.")
-            if holder_id is not None and holder_id != lock.holder_id:
-                raise CommandError(
-                    f"The lock {name!r} is held by {lock.holder_id} ({_who(lock)}), not by "
-                    f"{holder_id}; nothing was changed."
-                )
-            return "lock", lock
-        if not sem_holders:
-            raise CommandError(f"The semaphore {name!r} has no holders.")
-        ids = ", ".join(f"{h.holder_id} ({_who(h)})" for h in sem_holders)
-        if holder_id is None:
-            if len(sem_holders) > 1:
-                raise CommandError(
-                    f"The semaphore {name!r} has {len(sem_holders)} holders: pass --holder with "
-                    f"one of {ids}."
-                )
-            return "semaphore", sem_holders[0]
-        for holder in sem_holders:
-            if holder.holder_id == holder_id:
-                return "semaphore", holder
-        raise CommandError(f"The semaphore {name!r} has no holder {holder_id}; its holders: {ids}.")
 
     def _confirm(self, kind: Kind, target: HolderInfo) -> None:
         if not _interactive():
@@ -264,7 +216,7 @@ class Command(BaseCommand):
                 "Pass --yes to release anyway."
             )
         self.stdout.write(f"{kind} {target.name!r}, holder {target.holder_id}:")
-        self.stdout.write(_holder_block(target))
+        self.stdout.write(holder_block(target))
         self.stdout.write(
             "Its holder loses it at once and is told so at its next check. Release it? [y/N] ",
             ending="",
@@ -307,115 +259,3 @@ def _all_pages(fetch: Callable[[str | None], Page[T]]) -> Iterator[T]:
         cursor = page.cursor
         if cursor is None:
             return
-
-
-def _when(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _shown(text: str) -> str:
-    """``text`` for a terminal: control and format characters (which holders' metadata may
-    contain) escaped as ``\\x1b``, ``\\u202e``..., so that they cannot move the cursor, clear
-    or retitle the screen, or reorder what is shown."""
-    if text.isprintable():
-        return text
-    return "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
-        for char in text
-    )
-
-
-def _who(hold: HolderInfo) -> str:
-    parts = [f"host {_shown(hold.host or '?')}", f"pid {hold.pid if hold.pid is not None else '?'}"]
-    if hold.label:
-        parts.append(_shown(hold.label))
-    return ", ".join(parts)
-
-
-def _cells(hold: HolderInfo, slots: str) -> list[str]:
-    return [
-        hold.kind,
-        _shown(hold.name),
-        hold.holder_id,
-        _shown(hold.host or "-"),
-        "-" if hold.pid is None else str(hold.pid),
-        _shown(hold.task or hold.thread or "-"),
-        _shown(hold.label or "-"),
-        _when(hold.acquired_at),
-        f"{hold.ttl:.1f}s",
-        slots,
-    ]
-
-
-def _lock_row(hold: HolderInfo) -> list[str]:
-    return _cells(hold, "-" if hold.fence is None else str(hold.fence))
-
-
-def _semaphore_rows(semaphore: SemaphoreInfo) -> list[list[str]]:
-    slots = f"{semaphore.count}/{semaphore.limit}"
-    if semaphore.waiting:
-        slots += f" +{semaphore.waiting} waiting"
-    if not semaphore.holders:
-        return [["semaphore", _shown(semaphore.name), *["-"] * 7, slots]]
-    return [_cells(holder, slots) for holder in semaphore.holders]
-
-
-def _table(rows: Sequence[Sequence[str]]) -> str:
-    table = [list(COLUMNS), *rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in table
-    )
-
-
-def _holder_block(hold: HolderInfo) -> str:
-    shown = ("host", "pid", "thread", "task", "label")
-    extra = {key: value for key, value in hold.metadata.items() if key not in shown}
-    lines = [
-        ("holder", hold.holder_id),
-        ("host", _shown(hold.host or "-")),
-        ("pid", "-" if hold.pid is None else str(hold.pid)),
-        ("thread/task", _shown(hold.task or hold.thread or "-")),
-        ("label", _shown(hold.label or "-")),
-        ("acquired at", f"{_when(hold.acquired_at)} UTC"),
-        ("expires in", f"{hold.ttl:.1f}s (at {_when(hold.expires_at)} UTC)"),
-    ]
-    if hold.ticket is not None:
-        lines.append(("ticket", str(hold.ticket)))
-    if extra:
-        lines.append(("metadata", json.dumps(extra, default=str, sort_keys=True)))
-    return "\n".join(f"  {key:<12} {value}" for key, value in lines)
-
-
-def _holder_json(hold: HolderInfo) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "kind": hold.kind,
-        "name": hold.name,
-        "holder_id": hold.holder_id,
-        "host": hold.host,
-        "pid": hold.pid,
-        "thread": hold.thread,
-        "task": hold.task,
-        "label": hold.label,
-        "acquired_at": hold.acquired_at.isoformat(),
-        "expires_at": hold.expires_at.isoformat(),
-        "ttl": hold.ttl,
-        "metadata": hold.metadata,
-    }
-    if hold.kind == "lock":
-        data["fence"] = hold.fence
-    else:
-        data["ticket"] = hold.ticket
-    return data
-
-
-def _semaphore_json(semaphore: SemaphoreInfo) -> dict[str, Any]:
-    return {
-        "kind": "semaphore",
-        "name": semaphore.name,
-        "limit": semaphore.limit,
-        "count": semaphore.count,
-        "waiting": semaphore.waiting,
-        "holders": [_holder_json(holder) for holder in semaphore.holders],
-    }
