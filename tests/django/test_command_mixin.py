@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from tests.testapp.runner import (
     peak,
     read_log,
     records_of,
+    sigint_ignored,
 )
 
 LIMITED = "command:limited"
@@ -155,6 +157,31 @@ def test_a_signal_gives_the_slot_back_at_once(
     print(f"{name}: the waiting copy ran {latency * 1000:.0f} ms after the signal (TTL 30 s)")
     assert latency < 1.0
     assert [r.pid for r in records_of(log, "E")] == [second.pid]  # the first never finished
+    assert holders(backend) == 0
+
+
+def test_a_command_started_with_sigint_ignored_keeps_ignoring_it(
+    manage: Manage, backend: Backend, tmp_path: Path
+) -> None:
+    """Started by ``nohup`` or as a shell's background job, a run ignores Ctrl-C as it was
+    told to (the mixin installs no handler for an ignored signal); SIGTERM still gives its
+    slot back."""
+    log, gate = tmp_path / "runs.log", tmp_path / "gate"
+    run = manage.start(
+        "limited",
+        *("--log", str(log), "--semaphore-limit", "1", "--semaphore-timeout", "30"),
+        *("--gate", str(gate)),
+        preexec_fn=sigint_ignored,
+    )
+    wait_until(lambda: started(log, 1), timeout=30, what="the copy to run")
+    run.send_signal(signal.SIGINT)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run.wait(timeout=1.0)  # still running a second after the SIGINT: ignored
+    assert holders(backend) == 1
+    run.send_signal(signal.SIGTERM)
+    code, _, stderr = finish(run)
+    assert code == 143, stderr
+    assert "manage.py limited: stopped by SIGTERM; its slot was given back" in stderr
     assert holders(backend) == 0
 
 

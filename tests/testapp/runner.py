@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -13,6 +14,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = [sys.executable, "-m", "tests.testapp"]  # the test project's manage.py
+
+
+def default_signals() -> None:
+    """In a child before it runs: SIGINT and SIGTERM at their default dispositions."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def sigint_ignored() -> None:
+    """In a child before it runs: SIGINT ignored (as ``nohup`` or ``cmd &`` start it),
+    SIGTERM at its default."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class Manage:
@@ -29,11 +43,14 @@ class Manage:
         self.processes: list[subprocess.Popen[str]] = []
 
     def start(self, *argv: str, **kwargs: Any) -> subprocess.Popen[str]:
-        """``manage.py <argv>``, stdin empty, stdout and stderr piped (text)."""
+        """``manage.py <argv>``, stdin empty, stdout and stderr piped (text), SIGINT and
+        SIGTERM at their defaults, as a shell or cron starts a command (whatever the suite
+        inherited: a shell's background job ignores SIGINT, and its children would too)."""
         options: dict[str, Any] = {
             "stdin": subprocess.DEVNULL,
             "stdout": subprocess.PIPE,
             "stderr": subprocess.PIPE,
+            "preexec_fn": default_signals,
         }
         options.update(kwargs)
         process = subprocess.Popen([*MANAGE, *argv], cwd=ROOT, env=self.env, text=True, **options)
