@@ -36,19 +36,28 @@ def cluster_backend(redis_cluster, namespace):
     client.close()
 
 
-def test_every_script_over_1000_random_names(cluster_backend: Backend) -> None:
-    """Every script (lock, semaphore, inspection, listing) on the node of each name."""
-    names = random_names(1000, seed=1)
+def test_every_key_of_1000_random_names_shares_one_slot(cluster_backend: Backend) -> None:
+    """The keys of a lock, of a semaphore of the same name and of their registry bucket all
+    hash to one slot, whatever the name; the names spread over every master."""
     nodes: Counter[str] = Counter()
     client = cluster_backend.client
-    for name in names:
+    for name in random_names(1000, seed=1):
         keys = cluster_backend.keys.lock(name)
         sem_keys = cluster_backend.keys.semaphore(name)
         every_key = (keys.lock, keys.queue, keys.waiters, *sem_keys.state)
         registry = (keys.registry.names, keys.registry.expiry)
-        slots = {key_slot(k.encode()) for k in every_key + registry}
-        assert len(slots) == 1
+        assert len({key_slot(k.encode()) for k in every_key + registry}) == 1, name
         nodes[client.get_node_from_key(keys.lock).name] += 1
+    assert len(nodes) == 3, f"names did not spread over the masters: {nodes}"
+
+
+def test_every_script_runs_on_the_node_of_200_random_names(cluster_backend: Backend) -> None:
+    """Every script (lock, semaphore, inspection, listing) on the node of each name."""
+    names = random_names(200, seed=1)
+    nodes: Counter[str] = Counter()
+    client = cluster_backend.client
+    for name in names:
+        nodes[client.get_node_from_key(cluster_backend.keys.lock(name).lock).name] += 1
         lock = Lock(name, client=cluster_backend, timeout=5)
         contender = Lock(name, client=cluster_backend, timeout=5, blocking=False)
         assert lock.acquire()
