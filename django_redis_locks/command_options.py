@@ -170,13 +170,12 @@ def _resolve(
             value = kind(value)
         except ValueError:
             raise CommandError(f"{option} must be a number (got {value!r})") from None
-    try:
-        return check(value)
-    except (InvalidArgument, InvalidArgumentType) as exc:
-        raise CommandError(f"{source} {str(exc).partition(': ')[2]}") from None
+    return _option(source, check, value)
 
 
 def _option(attribute: str, check: Callable[[Any], Any], value: Any) -> Any:
+    """``check(value)``; a bad value becomes CommandError naming ``attribute`` (an option
+    or a class attribute)."""
     try:
         return check(value)
     except (InvalidArgument, InvalidArgumentType) as exc:

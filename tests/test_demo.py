@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.testapp.runner import sigint_ignored
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN_DEMO = ROOT / "example_project" / "run_demo.py"
 
@@ -129,10 +131,6 @@ def admin_answers(url: str) -> bool:
         return False
 
 
-def ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 @pytest.mark.parametrize(
     "parent", ["terminal", "ignoring-sigint"], ids=["started-in-a-terminal", "sigint-ignored"]
 )
@@ -147,7 +145,7 @@ def test_ctrl_c_stops_the_interactive_demo_and_leaves_no_process(parent: str) ->
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own foreground group, as in a terminal
-        preexec_fn=ignore_sigint if parent == "ignoring-sigint" else None,  # noqa: PLW1509
+        preexec_fn=sigint_ignored if parent == "ignoring-sigint" else None,  # noqa: PLW1509
     )
     started: list[Proc] = []
     try:
