@@ -145,9 +145,12 @@ def test_an_asyncio_client_given_alone_gives_its_tls_settings_to_the_sync_twin(
         )
         backend = Backend(client, namespace=namespace)
         try:
-            lock = Lock("tls:from-async", client=backend, timeout=1, auto_renew=True)
+            # The renewer runs on the sync twin, whose first renewal also opens its first TLS
+            # connection: a 2 s TTL leaves it 1.3 s for that on a loaded machine (with 1 s, a
+            # CI run with two test environments side by side once lost the hold).
+            lock = Lock("tls:from-async", client=backend, timeout=2, auto_renew=True)
             async with lock:
-                # the renewer runs on the sync twin: the hold outlives its 1 s TTL
+                # the hold outlives its 2 s TTL
                 await asyncio.sleep(2.5)  # (the hold's duration, not a synchronisation)
                 assert await lock.aensure_held() > 0
                 return lock.fence or 0
