@@ -106,10 +106,12 @@ def test_async_holds_are_renewed_too(redis_server, namespace: str) -> None:
     async def main() -> float:
         client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
         lock = Lock(
-            "async-renew", client=Backend(client, namespace=namespace), timeout=0.5, auto_renew=True
+            "async-renew", client=Backend(client, namespace=namespace), timeout=1, auto_renew=True
         )
         async with lock:
-            await asyncio.sleep(1.5)  # three TTLs of work
+            # Two TTLs of work. The first renewal, on the sync twin, also opens the twin's
+            # first connection: a 1 s TTL leaves it 0.67 s for that on a loaded machine.
+            await asyncio.sleep(2.0)
             left = await lock.aensure_held()
         await client.aclose()
         lock.backend.client.close()
