@@ -1,8 +1,10 @@
-"""The README's Python examples name nothing they do not import or define.
+"""The Python examples of the README and of docs/ name nothing they do not import or define.
 
 A reader copies an example into a project; a name it uses but never imports (``SKIPPED``,
 ``math``, ``HttpResponse``) is a ``NameError`` there. Each fenced ``python`` block is checked
-alone: every name it reads is a builtin, or imported, defined or assigned in that block.
+alone: every name it reads is a builtin, or imported, defined or assigned in that block, or
+one of the few placeholders for the reader's own code (``PLACEHOLDERS``). A block that shows
+a signature (``Lock(name, *, timeout=None, ...)``) must be a valid parameter list.
 """
 
 from __future__ import annotations
@@ -14,12 +16,37 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = [ROOT / "docs" / page for page in ("reference.md", "guarantees.md", "testing.md")]
 _BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+_SIGNATURE = re.compile(r"[A-Za-z_]\w*\((.*)\)\s*", re.DOTALL)
+#: What the docs' fragments leave to the reader: their own functions and values.
+PLACEHOLDERS = {"compute", "pk", "batches", "process", "SENTINELS"}
 
 
 def python_blocks(text: str) -> list[str]:
     return _BLOCK.findall(text)
+
+
+def docs_blocks() -> list[tuple[str, str]]:
+    return [
+        (f"{page.name}-{index}", block)
+        for page in DOCS
+        for index, block in enumerate(python_blocks(page.read_text()))
+    ]
+
+
+def is_signature(block: str) -> bool:
+    """A block showing a signature, ``Name(params)``, whose parameters parse as a def's."""
+    match = _SIGNATURE.fullmatch(block)
+    if match is None:
+        return False
+    try:
+        compile(f"def f({match.group(1)}): ...", "<signature>", "exec")
+    except SyntaxError:
+        return False
+    return True
 
 
 def unbound_names(source: str) -> set[str]:
@@ -54,3 +81,16 @@ def test_the_readme_has_python_examples() -> None:
 def test_every_readme_example_imports_what_it_uses(index: int) -> None:
     block = python_blocks(README.read_text())[index]
     assert unbound_names(block) == set(), block
+
+
+def test_a_signature_block_must_be_a_valid_parameter_list() -> None:
+    assert is_signature("Lock(name, *, timeout=None,\n     blocking=True)\n")
+    assert not is_signature("Lock(name, *, timeout=None, timeout=1)\n")  # repeated
+    assert not is_signature("Lock(name, timeout=None, *)\n")
+
+
+@pytest.mark.parametrize(("where", "block"), docs_blocks(), ids=[w for w, _ in docs_blocks()])
+def test_every_docs_example_imports_what_it_uses(where: str, block: str) -> None:
+    if is_signature(block):
+        return
+    assert unbound_names(block) - PLACEHOLDERS == set(), block
