@@ -10,26 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import time
 from collections.abc import Generator, Iterator
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.chaos.processes import Processes
-from tests.harness.servers import find_server_binary
+from tests.harness.figures import FiguresFile
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("DRL_ARTIFACTS") or ROOT / "test-artifacts")
-FIGURES_FILE = ARTIFACTS / "chaos-figures.json"
-RUN_ID = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+FIGURES = FiguresFile("chaos")
 
 _reports = pytest.StashKey[dict[str, pytest.TestReport]]()
-_written: list[dict[str, Any]] = []
 
 
 @pytest.hookimpl(wrapper=True)
@@ -60,21 +53,14 @@ def figures(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     outcome = call.outcome if call is not None else "error"
     if call is not None and hasattr(call, "wasxfail"):  # a known bug's test (xfail)
         outcome = "xpassed" if call.passed else "xfailed"
-    record = {
-        "scenario": request.node.nodeid,
-        "outcome": outcome,
-        "seconds": round(time.monotonic() - started, 2),
-        "figures": values,
-        "run": RUN_ID,
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "server": str(find_server_binary()),
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-    }
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with FIGURES_FILE.open("a", encoding="utf-8") as out:
-        out.write(json.dumps(record) + "\n")
-    _written.append(record)
+    FIGURES.append(
+        {
+            "scenario": request.node.nodeid,
+            "outcome": outcome,
+            "seconds": round(time.monotonic() - started, 2),
+            "figures": values,
+        }
+    )
 
 
 @pytest.fixture
@@ -86,12 +72,12 @@ def rng(figures: dict[str, Any]) -> random.Random:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _written:
+    if not FIGURES.written:
         return
     terminalreporter.section("chaos figures")
-    for record in _written:
+    for record in FIGURES.written:
         terminalreporter.write_line(
             f"{record['scenario']} [{record['outcome']}, {record['seconds']} s]: "
             + json.dumps(record["figures"])
         )
-    terminalreporter.write_line(f"(appended to {FIGURES_FILE})")
+    terminalreporter.write_line(f"(appended to {FIGURES.path})")

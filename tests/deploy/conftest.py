@@ -9,11 +9,7 @@ summary.
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 from collections.abc import Generator, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +17,10 @@ import pytest
 
 from tests.deploy import web, workers
 from tests.deploy.deployment import Deployment, new_namespace
-from tests.harness.servers import find_server_binary
+from tests.harness.figures import FiguresFile
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("DRL_ARTIFACTS") or ROOT / "test-artifacts")
-FIGURES_FILE = ARTIFACTS / "deploy-figures.json"
-RUN_ID = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+# ("server" is the deployment's server there: gunicorn, celery...)
+FIGURES = FiguresFile("deploy", server_key="redis")
 
 DEPLOYMENTS = [
     ("gunicorn", "sync"),
@@ -38,8 +32,6 @@ DEPLOYMENTS = [
     ("celery", "gevent"),
     ("django-tasks", "db_worker"),
 ]
-
-_written: list[dict[str, Any]] = []
 
 
 def _make(server: str, pool: str, redis_url: str, workdir: Path) -> Deployment:
@@ -70,22 +62,7 @@ def deployment(
         yield started
     finally:
         started.close()
-        _record(started.figures)
-
-
-def _record(figures: dict[str, Any]) -> None:
-    record = {
-        **figures,
-        "run": RUN_ID,
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "redis": str(find_server_binary()),
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-    }
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with FIGURES_FILE.open("a", encoding="utf-8") as out:
-        out.write(json.dumps(record) + "\n")
-    _written.append(record)
+        FIGURES.append(started.figures)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -101,11 +78,11 @@ def pytest_runtest_makereport(
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _written:
+    if not FIGURES.written:
         return
     terminalreporter.section("deployment figures")
     keys = ("runs", "max_concurrency", "control_max_concurrency", "contention_answers")
-    for record in _written:
+    for record in FIGURES.written:
         shown = {key: record.get(key) for key in keys}
         shown.update(
             retry_after=record.get("retry_after"),
@@ -119,4 +96,4 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             + ", ".join(f"{key}={value}" for key, value in shown.items())
             + f"  {record.get('outcomes', {})}"
         )
-    terminalreporter.write_line(f"(appended to {FIGURES_FILE})")
+    terminalreporter.write_line(f"(appended to {FIGURES.path})")
