@@ -11,7 +11,8 @@ value is percent-encoded, so a value can never add a separator, reach another na
 leave the namespace, and long values are replaced by a digest, so names stay bounded.
 
 Each call takes its own Lock (its own token), sync or async like the decorated function.
-On contention: ``"raise"`` (LockNotAcquired), ``"skip"`` (return None without running) or a
+On contention: ``"raise"`` (LockNotAcquired), ``"skip"`` (return ``skip_result``, None by
+default, without running), ``"retry"`` (a Celery or Django task runs again later) or a
 callable ``on_contention(error, *args, **kwargs)`` whose result is returned. A view (called
 with an ``HttpRequest``) answers contention with ``VIEW_CONTENTION_STATUS`` (409 Conflict)
 and ``Retry-After`` instead. Redis errors fail closed (LockBackendError, or
