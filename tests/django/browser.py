@@ -3,7 +3,6 @@ and where their screenshots go (``$DRL_ARTIFACTS/admin/django-<version>/``)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,8 +11,8 @@ from typing import Any
 
 import django
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("DRL_ARTIFACTS", ROOT / "test-artifacts"))
+from tests.harness.figures import ARTIFACTS
+
 SCREENSHOTS = ARTIFACTS / "admin" / f"django-{django.get_version()}"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: Without the background-networking flags, Chromium keeps trying hosts this machine's

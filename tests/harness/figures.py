@@ -1,4 +1,5 @@
-"""Where the test tiers keep what they measured: one JSON object per line in
+"""Where the test tiers keep what they measured (and the admin tests their screenshots,
+under ``ARTIFACTS``): one JSON object per line in
 ``$DRL_ARTIFACTS/<tier>-figures.json`` (default ``test-artifacts/``), each stamped with the
 run, the time, the server binary, the Python and the CPU count, for CI to keep."""
 
