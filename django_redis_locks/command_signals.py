@@ -42,12 +42,18 @@ class SignalGuard:
     signal is held and raised afterwards, so a second Ctrl-C cannot cut the release short.
     A lost slot (with ``abort_on_loss``) is delivered as a SIGTERM to the main thread, which
     interrupts a blocking call, and becomes CommandError there.
+
+    ``raised`` is the exception a handler raised. Code it interrupts may raise another one
+    over it on the way out (Python 3.13's ``threading.Condition.wait()`` can, cpython#118433);
+    :meth:`raised_under` finds the handler's exception under such a one, so that the signal,
+    not the accident, decides how the run ends.
     """
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.deferring = False
         self.received: int | None = None
+        self.raised: BaseException | None = None
         self._pending: int | None = None
         self._previous: dict[int, _Handler] = {}
         self._abort_reason: str | None = None
@@ -88,6 +94,20 @@ class SignalGuard:
         if signum is not None:
             self._raise(signum, after_release=True)
 
+    def raised_under(self, exc: BaseException) -> BaseException | None:
+        """This guard's exception when ``exc`` is another one raised while it propagated."""
+        raised = self.raised
+        if raised is None or exc is raised:
+            return None
+        seen: set[int] = set()
+        context = exc.__context__
+        while context is not None and id(context) not in seen:
+            if context is raised:
+                return raised
+            seen.add(id(context))
+            context = context.__context__
+        return None
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.deferring:
             if self._pending is None or self._pending_is_abort():
@@ -110,8 +130,8 @@ class SignalGuard:
             self._abort_delivered = True
             if after_release:
                 return  # the run is over; execute() reports the loss
-            raise CommandError(f"{self.label} lost its slot: {self._abort_reason}")
+            self.raised = CommandError(f"{self.label} lost its slot: {self._abort_reason}")
+            raise self.raised
         self.received = signum
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise CommandTerminated(signum)
+        self.raised = KeyboardInterrupt() if signum == signal.SIGINT else CommandTerminated(signum)
+        raise self.raised

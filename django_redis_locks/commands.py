@@ -155,17 +155,21 @@ class SemaphoreCommandMixin(_CommandBase):
             if config.abort_on_loss and self.semaphore_lost.is_set():
                 raise self._semaphore_lost_error(label)
             return output
+        except BaseException as exc:
+            raised = guard.raised_under(exc) if guard is not None else None
+            if raised is None:
+                raise
+            logger.warning(
+                "command: %s: %r was raised over the signal's %s on the way out; "
+                "the run ends as the signal says",
+                label,
+                exc,
+                type(raised).__name__,
+                exc_info=exc,
+            )
+            raise raised from None
         finally:
-            try:
-                if self._semaphore_released is None and semaphore.holder_id is not None:
-                    self._semaphore_give_back(semaphore, label)  # interrupted at the grant
-            finally:
-                if guard is not None:
-                    guard.uninstall()
-                    if guard.received is not None:
-                        name = signal.Signals(guard.received).name
-                        given_back = "; its slot was given back" if self._semaphore_released else ""
-                        self.stderr.write(f"{label}: stopped by {name}{given_back}")
+            self._semaphore_finish(semaphore, guard, label)
 
     # -- overridable --------------------------------------------------------------------
     def semaphore_label(self) -> str:
@@ -232,6 +236,21 @@ class SemaphoreCommandMixin(_CommandBase):
             semaphore.holder_id,
         )
         return True
+
+    def _semaphore_finish(
+        self, semaphore: Semaphore, guard: SignalGuard | None, label: str
+    ) -> None:
+        """The end of every run: the slot given back, the handlers put back, a signal named."""
+        try:
+            if self._semaphore_released is None and semaphore.holder_id is not None:
+                self._semaphore_give_back(semaphore, label)  # interrupted at the grant
+        finally:
+            if guard is not None:
+                guard.uninstall()
+                if guard.received is not None:
+                    name = signal.Signals(guard.received).name
+                    given_back = "; its slot was given back" if self._semaphore_released else ""
+                    self.stderr.write(f"{label}: stopped by {name}{given_back}")
 
     def _semaphore_give_back(self, semaphore: Semaphore, label: str) -> None:
         """Release the slot; never raises (a signal held meanwhile is raised afterwards)."""
