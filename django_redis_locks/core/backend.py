@@ -75,6 +75,9 @@ class Backend:
         name: str = "",
         bound_retries: bool = True,
     ) -> None:
+        default_timeout = check_ttl(default_timeout, "default_timeout")
+        replica_wait_timeout = check_ttl(replica_wait_timeout, "replica_wait_timeout")
+        keys = KeySpace(namespace)  # (bad arguments fail before a client is made)
         fixed_async = None
         given = client
         if library_of(client) is None or not hasattr(client, "evalsha"):
@@ -89,9 +92,9 @@ class Backend:
         self._given = given
         self.client = client
         self.cluster = is_cluster_client(client)
-        self.keys = KeySpace(namespace)
-        self.default_timeout = check_ttl(default_timeout, "default_timeout")
-        self.replica_wait_timeout = check_ttl(replica_wait_timeout, "replica_wait_timeout")
+        self.keys = keys
+        self.default_timeout = default_timeout
+        self.replica_wait_timeout = replica_wait_timeout
         self.name = name or repr(client)
         self._fixed_async = fixed_async
         self._async_factory = async_client_factory or (lambda: derive_async(self.client))
@@ -100,6 +103,13 @@ class Backend:
         )
         self._mutex = threading.Lock()
         self.checked_in = 0  # the process that checked the eviction policy (check_eviction)
+        if client is not given:
+            # Dropped without close(), a Backend still closes the client it made: left to the
+            # garbage collector, that client's sockets would be finalized unclosed.
+            closer = weakref.finalize(
+                self, _close_made_client, client, self.keys.channel, wait=False
+            )
+            closer.atexit = False  # at exit the process's sockets go anyway
 
     def __repr__(self) -> str:
         return f"<Backend {self.name} namespace={self.keys.namespace!r}>"
@@ -139,13 +149,11 @@ class Backend:
 
     def close(self) -> None:
         """Stop listening for wake-ups; close the sync client's connections if this Backend
-        made that client."""
-        hubs: dict[str, WakeupHub] = self.client.__dict__.get("_drl_wakeup_hubs", {})
-        hub = hubs.pop(self.keys.channel, None)
-        if hub is not None:
-            hub.stop()
-        if self.client is not self._given:
-            self.client.close()
+        made that client (a Backend that is garbage-collected does that too)."""
+        if self.client is self._given:
+            _stop_hub(self.client, self.keys.channel)
+        else:
+            _close_made_client(self.client, self.keys.channel)
 
     def node_client(self, key: str) -> Any:
         """A sync client whose pipelines run on the one connection serving ``key``."""
@@ -211,6 +219,20 @@ class Backend:
     def hub(self) -> WakeupHub:
         """The process-wide wake-up listener for this backend's server and namespace."""
         return hub_for(self.client, self.keys.channel)
+
+
+def _stop_hub(client: Any, channel: str, *, wait: bool = True) -> None:
+    hubs: dict[str, WakeupHub] = client.__dict__.get("_drl_wakeup_hubs", {})
+    hub = hubs.pop(channel, None)
+    if hub is not None:
+        hub.stop(wait=wait)
+
+
+def _close_made_client(client: Any, channel: str, *, wait: bool = True) -> None:
+    """Close a sync client a Backend made: on close(), or (``wait=False``: a finalizer must
+    not block on the wake-up listener) when the Backend is collected."""
+    _stop_hub(client, channel, wait=wait)
+    client.close()
 
 
 class _LoopClient:

@@ -18,6 +18,8 @@ never those of a healthy one. A lane
 Lanes never renew a hold whose owner ended or whose primitive was garbage-collected, and
 never work in a forked child: the renewer is made anew per runtime (process and threading
 implementation, see :func:`.ownership.runtime_key`). A lane's thread ends when it is idle.
+A lane keeps its Backend only through its work (a renewal's hold, a reclaim), so a Backend
+nobody uses any more is collected and its lanes go with it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Renewal:
 
 @dataclass(eq=False)
 class _Reclaim:
+    backend: Any  # kept alive until the reclaim is done
     call: Call  # a token-checked release (which also leaves a queue)
     until: float  # past this (monotonic) the grant cannot be alive any more
     what: str
@@ -75,7 +78,7 @@ class _Lane:
     """The renewals and reclaims of one server (or Cluster node), on a thread of its own."""
 
     def __init__(self, backend: Any, node: str) -> None:
-        self.backend = backend
+        self._backend = weakref.ref(backend)  # its work keeps it alive, not the lane
         self.name = f"{backend.name} node {node}" if node else backend.name
         self._thread_name = f"drl-renew {node}" if node else "drl-renew"
         self._cond = threading.Condition()
@@ -106,9 +109,11 @@ class _Lane:
     def holds(self, hold: Hold) -> bool:
         return id(hold) in self._renewals
 
-    def reclaim(self, call: Call, lifetime: float, what: str) -> None:
+    def reclaim(self, backend: Any, call: Call, lifetime: float, what: str) -> None:
         now = time.monotonic()
-        item = _Reclaim(call, now + lifetime, what, due=now, interval=_RECLAIM_RETRY_SECONDS)
+        item = _Reclaim(
+            backend, call, now + lifetime, what, due=now, interval=_RECLAIM_RETRY_SECONDS
+        )
         with self._cond:
             self._reclaims.append(item)
             thread = self._poke(now)
@@ -140,8 +145,8 @@ class _Lane:
                     self._thread = None
                     return
             self.rounds += 1
-            renewals, reclaims = work
-            self._work(renewals, reclaims)
+            self._work(*work)
+            del work  # while it waits, the thread keeps no Backend alive
 
     def _wait_for_work(self) -> tuple[list[Renewal], list[_Reclaim]] | None:
         while True:
@@ -152,16 +157,26 @@ class _Lane:
                 self._wakes_at = now + _IDLE_EXIT_SECONDS
                 self._cond.wait(_IDLE_EXIT_SECONDS)
                 continue
-            due_reclaims = [item for item in self._reclaims if item.due <= now]
-            renewals = list(self._renewals.values())
-            if due_reclaims or any(r.due <= now for r in renewals):
-                # Take along every hold due within a sixth of its TTL: renewing it a little
-                # early costs nothing, and holds renewed together stay due together.
-                due = [r for r in renewals if r.due <= now + r.hold.ttl / 6]
-                return due, due_reclaims
-            next_due = min([r.due for r in renewals] + [item.due for item in self._reclaims])
+            work = self._due(now)
+            if work is not None:
+                return work
+            # (no reference to the work is kept while waiting: see _due)
+            next_due = min(
+                [r.due for r in self._renewals.values()] + [item.due for item in self._reclaims]
+            )
             self._wakes_at = next_due
             self._cond.wait(next_due - now)
+
+    def _due(self, now: float) -> tuple[list[Renewal], list[_Reclaim]] | None:
+        """What is due now, if anything (a function of its own, so that the waiting thread
+        keeps no renewal, and so no Backend, alive)."""
+        due_reclaims = [item for item in self._reclaims if item.due <= now]
+        renewals = list(self._renewals.values())
+        if due_reclaims or any(r.due <= now for r in renewals):
+            # Take along every hold due within a sixth of its TTL: renewing it a little
+            # early costs nothing, and holds renewed together stay due together.
+            return [r for r in renewals if r.due <= now + r.hold.ttl / 6], due_reclaims
+        return None
 
     def _work(self, renewals: Sequence[Renewal], reclaims: Sequence[_Reclaim]) -> None:
         live: list[tuple[Renewal, int]] = []
@@ -173,11 +188,12 @@ class _Lane:
             else:
                 live.append((renewal, renewal.hold.generation))
         calls = [renewal.call for renewal, _ in live] + [item.call for item in reclaims]
-        if not calls:
+        backend = self._backend()
+        if not calls or backend is None:  # (work keeps the Backend alive: never None here)
             return
         sent_at = time.monotonic()
         try:
-            results: list[Any] = self.backend.run_many(calls)
+            results: list[Any] = backend.run_many(calls)
         except Exception as exc:
             results = [exc] * len(calls)
         failure = next((r for r in results if isinstance(r, Exception)), None)
@@ -284,7 +300,7 @@ class Renewer:
         """Send ``call`` (a token-checked release) as soon as Redis answers, and again while
         what it undoes could still appear, for up to ``lifetime`` seconds."""
         logger.info("reclaim: %s: the outcome is unknown; undoing it in the background", what)
-        self._lane(backend, call.keys[0]).reclaim(call, lifetime, what)
+        self._lane(backend, call.keys[0]).reclaim(backend, call, lifetime, what)
 
     def __contains__(self, hold: Hold) -> bool:
         return any(lane.holds(hold) for lane in self._all_lanes(hold.backend))

@@ -200,11 +200,20 @@ class WakeupHub:
         the connection broke unnoticed, finds out at its next re-check)."""
         return self._ready.is_set()
 
-    def stop(self) -> None:
-        """Close the subscription and end the listener thread (the client is going away)."""
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stop(self, *, wait: bool = True) -> None:
+        """Close the subscription and end the listener thread (the client is going away).
+        With ``wait=False`` (a finalizer's) it never blocks: the listener, if it is reading
+        right now, closes the subscription when it sees the hub stopped."""
         self._stopped = True
-        with self._reader:
-            self._subscription.close()
+        if self._reader.acquire(blocking=wait):
+            try:
+                self._subscription.close()
+            finally:
+                self._reader.release()
         self._ready.clear()
 
     # -- the listener thread (while asyncio waiters wait) -------------------------------
@@ -219,6 +228,8 @@ class WakeupHub:
                 if self._reader.acquire(timeout=_POLL_SECONDS):
                     try:
                         self._subscription.read(_POLL_SECONDS)
+                        if self.stopped:  # by a stop() that did not wait for the reader
+                            self._subscription.close()
                     finally:
                         self._reader.release()
         except Exception:
