@@ -15,11 +15,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import redis
-
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
 from django_redis_locks.core.renewal import renewer
+from tests.harness import clients
 from tests.harness.servers import wait_until
 from tests.helpers import seconds_to_wake_a_waiter
 
@@ -44,7 +43,7 @@ def _collected_without_warnings() -> list[str]:
 def test_a_backend_whose_renewed_holds_ended_is_not_kept_by_the_renewer(
     redis_server: Any, namespace: str
 ) -> None:
-    with redis.Redis.from_url(redis_server.url, socket_timeout=5) as client:
+    with clients.sync_from_url(redis_server.url, socket_timeout=5) as client:
         backend = Backend(client, namespace=namespace)
         lock = Lock("kept-for-a-while", client=backend, timeout=1, auto_renew=True)
         semaphore = Semaphore("slots", 2, client=backend, timeout=1, auto_renew=True)
@@ -62,7 +61,7 @@ def test_a_backend_whose_renewed_holds_ended_is_not_kept_by_the_renewer(
 def test_a_backend_with_a_pending_reclaim_is_kept_until_the_reclaim_is_done(
     redis_server: Any, namespace: str
 ) -> None:
-    with redis.Redis.from_url(redis_server.url, socket_timeout=5) as client:
+    with clients.sync_from_url(redis_server.url, socket_timeout=5) as client:
         backend = Backend(client, namespace=namespace)
         lock = Lock("reclaimed", client=backend, timeout=30)
         assert lock.acquire()
@@ -84,7 +83,7 @@ def test_a_backend_with_a_pending_reclaim_is_kept_until_the_reclaim_is_done(
 def test_a_backend_dropped_without_close_closes_the_client_it_made(
     redis_server: Any, namespace: str
 ) -> None:
-    with redis.Redis.from_url(redis_server.url, socket_timeout=5) as client:
+    with clients.sync_from_url(redis_server.url, socket_timeout=5) as client:
         backend = Backend(client, namespace=namespace)
         sibling = backend.client
         assert sibling is not client  # the library's own sibling, with bounded retries
@@ -100,7 +99,7 @@ def test_locks_on_a_dropped_client_leave_no_socket_to_the_collector(redis_server
     """``Lock(client=redis_client)`` keeps its Backend on the client; dropping the client
     drops both, and the sibling's sockets are closed, not finalized by the collector."""
     for _ in range(20):
-        client = redis.Redis.from_url(redis_server.url, socket_timeout=5)
+        client = clients.sync_from_url(redis_server.url, socket_timeout=5)
         with Lock("per-task", client=client, timeout=5):
             pass
         client.close()
