@@ -31,7 +31,7 @@ class Command(SemaphoreCommandMixin, BaseCommand):
         parser.add_argument(
             "--raise-on-unwind",
             action="store_true",
-            help="when a signal's exception interrupts a pause, raise RuntimeError over it",
+            help="when a signal's exception interrupts the run, raise RuntimeError over it",
         )
 
     def handle(self, *args: Any, **options: Any) -> str | None:
@@ -50,6 +50,12 @@ class Command(SemaphoreCommandMixin, BaseCommand):
                 assert self.semaphore is not None
                 self.semaphore.ensure_held()
             self.record(log, "E")
+        except (KeyboardInterrupt, SystemExit):
+            if self.raise_on_unwind:
+                # What Python 3.13's threading.Condition.wait() can do when a signal handler
+                # raises at the wrong moment (cpython#118433): a second exception on the way out.
+                raise RuntimeError("release unlocked lock")  # noqa: B904
+            raise
         finally:
             if log is not None:
                 log.close()
@@ -58,20 +64,13 @@ class Command(SemaphoreCommandMixin, BaseCommand):
 
     def pause(self, log: TextIO | None, seconds: float, lost_seen: bool) -> bool:
         """Wait ``seconds`` (interruptible by signals); log ``L`` once the slot is lost."""
-        try:
-            if lost_seen:
-                time.sleep(seconds)
-                return True
-            if self.semaphore_lost.wait(seconds):
-                self.record(log, "L")
-                return True
-            return False
-        except (KeyboardInterrupt, SystemExit):
-            if self.raise_on_unwind:
-                # What Python 3.13's threading.Condition.wait() can do when a signal handler
-                # raises at the wrong moment (cpython#118433): a second exception on the way out.
-                raise RuntimeError("release unlocked lock")  # noqa: B904
-            raise
+        if lost_seen:
+            time.sleep(seconds)
+            return True
+        if self.semaphore_lost.wait(seconds):
+            self.record(log, "L")
+            return True
+        return False
 
     def record(self, log: TextIO | None, kind: str) -> None:
         line = f"{kind} {time.monotonic_ns()} {os.getpid()} {self.semaphore_holder_id}\n"
