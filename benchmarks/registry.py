@@ -83,7 +83,9 @@ class Impl:
 
     name: str
     label: str
-    kind: str  # "lock" (ours and the peers), "floor" (reference loops), or "semaphore"
+    # "lock" (ours and the peers), "floor" (reference loops), "semaphore", or "bound" (our
+    # scripts alone: what a cycle of ours would cost if the library's Python cost nothing)
+    kind: str
     factory: Factory
     capabilities: frozenset[str] = field(default_factory=lambda: frozenset({CYCLE, TRY, BLOCK}))
     ours: bool = False
@@ -130,12 +132,14 @@ def semaphore(
     waits_by: str = "",
     note: str = "",
     guarantees: str = "",
+    kind: str = "semaphore",
 ) -> Impl:
-    """A semaphore implementation (kind ``"semaphore"``; cycles and blocking acquires)."""
+    """A semaphore implementation (kind ``"semaphore"``, or ``"bound"`` for a reference
+    loop of semaphore scripts; cycles and blocking acquires)."""
     return Impl(
         name=name,
         label=label,
-        kind="semaphore",
+        kind=kind,
         factory=_not_a_lock,
         capabilities=frozenset({CYCLE, BLOCK}),
         ours=ours,

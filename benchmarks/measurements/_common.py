@@ -72,6 +72,26 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str = "")
     return "\n".join(lines)
 
 
+def bound_row(
+    ours: dict[str, Any] | None,
+    bound: dict[str, Any] | None,
+    floor: dict[str, Any] | None,
+    target: float,
+) -> tuple[str, str, None] | None:
+    """An information row for the verdicts: our scripts alone (``bound``: no library Python
+    around them) beside ``floor``, and what the ``target`` ratio leaves for our Python."""
+    if ours is None or bound is None or floor is None or "x_floor" not in bound:
+        return None
+    allowed = target * floor["p50_us"] - bound["p50_us"]
+    return (
+        "our scripts alone (no library Python) x floor: the least any Python on them can "
+        "reach (information)",
+        f"{bound['x_floor']:.2f} x; the {target:.2f} x target leaves {allowed:.0f} us per "
+        f"cycle for the library's Python, which takes {ours['p50_us'] - bound['p50_us']:.0f} us",
+        None,
+    )
+
+
 Opened = tuple[Impl, redis.Redis, LockAdapter]
 
 

@@ -28,7 +28,14 @@ import redis
 from benchmarks import counting, plots
 from benchmarks.context import Context
 from benchmarks.measurements import Measurement, Verdict
-from benchmarks.measurements._common import describe, fmt, interleaved_cycles, label, table
+from benchmarks.measurements._common import (
+    bound_row,
+    describe,
+    fmt,
+    interleaved_cycles,
+    label,
+    table,
+)
 from benchmarks.pool import Link
 from benchmarks.registry import BLOCK, CYCLE, Impl, LockAdapter, get, select
 from benchmarks.server import CommandStats
@@ -48,13 +55,15 @@ FLOOR_TARGET = 1.20
 FAIRNESS_TARGET = 2.0
 #: The reference loops shown beside the semaphores in the uncontended table.
 FLOORS = ("floor", "ping2")
+#: Our semaphore's scripts alone, sent with no library Python around them (see benchmarks.ours).
+BOUND = "ours-sem-scripts"
 
 
 def _open(params: dict[str, Any], name: str) -> tuple[Impl, redis.Redis, LockAdapter]:
     """In a worker: implementation ``name`` (semaphore, or a floor) on a fresh client."""
     impl = get(name)
     client = redis.Redis(host=params["host"], port=params["port"], socket_timeout=30)
-    if impl.kind == "semaphore":
+    if impl.semaphore_factory is not None:
         adapter = impl.make_semaphore(client, params["name"], params["ttl"], params["limit"])
     else:
         adapter = impl.make(client, params["name"], params["ttl"])
@@ -145,8 +154,8 @@ def most_at_once(holds: list[tuple[int, int]]) -> int:
 def _uncontended(ctx: Context) -> dict[str, Any]:
     settings = ctx.settings
     sems = [impl.name for impl in select(CYCLE, settings.impls, kinds=("semaphore",))]
-    floors = [impl.name for impl in select(CYCLE, settings.impls, kinds=("floor",))]
-    impls = sems + [name for name in FLOORS if name in floors] if sems else []
+    floors = [impl.name for impl in select(CYCLE, settings.impls, kinds=("floor", "bound"))]
+    impls = sems + [name for name in (BOUND, *FLOORS) if name in floors] if sems else []
     reps: list[dict[str, dict[str, float]]] = []
     for rep in range(settings.reps if impls else 0):
         order = impls[rep % len(impls) :] + impls[: rep % len(impls)]
@@ -304,6 +313,10 @@ def targets(result: dict[str, Any]) -> list[Verdict]:
                 ours["x_floor"] <= FLOOR_TARGET,
             )
         )
+        uncontended = result["uncontended"]["impls"]
+        bound = bound_row(ours, uncontended.get(BOUND), uncontended.get("floor"), FLOOR_TARGET)
+        if bound is not None:
+            rows.append(bound)
     contended = result["contended"]
     mine = contended["impls"].get("ours-sem")
     if mine is not None:

@@ -16,7 +16,14 @@ from typing import Any
 from benchmarks import counting, plots
 from benchmarks.context import Context
 from benchmarks.measurements import Measurement, Verdict
-from benchmarks.measurements._common import fmt, interleaved_cycles, label, open_adapter, table
+from benchmarks.measurements._common import (
+    bound_row,
+    fmt,
+    interleaved_cycles,
+    label,
+    open_adapter,
+    table,
+)
 from benchmarks.pool import Link
 from benchmarks.registry import CYCLE, LockAdapter, select
 from benchmarks.server import CommandStats
@@ -32,6 +39,8 @@ ACCOUNTING_CYCLES = 200
 #: Issue 15's targets: our median cycle over the floor's, and over redis-py's Lock's.
 FLOOR_TARGET = 1.20
 REDIS_PY_TARGET = 1.15
+#: Our lock's scripts alone, sent with no library Python around them (see benchmarks.ours).
+BOUND = "ours-scripts"
 
 
 def _accounting(adapter: LockAdapter, stats: CommandStats) -> dict[str, float]:
@@ -66,6 +75,7 @@ def cycle_task(params: dict[str, Any], link: Link) -> dict[str, dict[str, float]
 def run(ctx: Context) -> dict[str, Any]:
     settings = ctx.settings
     impls = [impl.name for impl in select(CYCLE, settings.impls)]
+    impls += [impl.name for impl in select(CYCLE, settings.impls, ("bound",)) if impl.name == BOUND]
     reps: list[dict[str, dict[str, float]]] = []
     for rep in range(settings.reps):
         order = impls[rep % len(impls) :] + impls[: rep % len(impls)]
@@ -122,6 +132,9 @@ def targets(result: dict[str, Any]) -> list[Verdict]:
                 ours["x_redis-py"] <= REDIS_PY_TARGET,
             )
         )
+    bound = bound_row(ours, result["impls"].get(BOUND), result["impls"].get("floor"), FLOOR_TARGET)
+    if bound is not None:
+        rows.append(bound)
     return rows
 
 
