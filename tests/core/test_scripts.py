@@ -201,3 +201,33 @@ def test_script_flush_is_transparent_for_asyncio(redis_server, namespace: str) -
         lock.backend.client.close()
 
     asyncio.run(main())
+
+
+def _gone_with_model(entries: list[str], hid: str, entry: str) -> list[str]:
+    """What lib/gone's list of recent releases becomes: the new entry first, an older entry of
+    the same hold dropped, at most 16 entries."""
+    return ([entry] + [old for old in entries if old[1:17] != hid])[:16]
+
+
+def test_the_list_of_recent_releases_keeps_the_newest_16_and_one_entry_per_hold(
+    redis_client,
+) -> None:
+    """lib/gone's gone_with, on lists of every length (its fast path when the hold has no
+    entry yet, its rebuild when it has one), against a model of what the list must hold."""
+    source = scripting._expand("-- @include gone\nreturn gone_with(ARGV[1], ARGV[2], ARGV[3])")
+    gone_with = redis_client.register_script(source)
+    random = __import__("random").Random(15)
+    hids = [f"{n:016x}" for n in range(24)]
+    for case in range(400):
+        size = case % 20
+        entries: list[str] = []
+        for hid in random.sample(hids, size):
+            entries.append(
+                f"R{hid}" if random.random() < 0.7 else f"X{hid}.{random.getrandbits(32):08x}"
+            )
+        hid = random.choice(hids)
+        entry = f"R{hid}" if case % 3 else f"X{hid}.{random.getrandbits(32):08x}"
+        given = " ".join(entries)
+        result = gone_with(keys=[], args=[given, hid, entry]).decode()
+        assert result.split(" ") == _gone_with_model(entries, hid, entry), (given, hid, entry)
+    assert gone_with(keys=[], args=["", "0" * 16, "R" + "0" * 16]) == b"R" + b"0" * 16

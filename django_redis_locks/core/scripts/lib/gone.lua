@@ -10,18 +10,33 @@
 local GONE_KEEP = 16
 
 -- The recent releases with "R<hid>"/"X<hid>.<request id>" (``entry``) in front: ``list`` is the
--- field's current value (nil: none); the caller writes the result to the field.
+-- field's current value (nil: none); the caller writes the result to the field. An older entry
+-- of the same hold is dropped; past GONE_KEEP entries, the oldest go.
 local function gone_with(list, hid, entry)
-    local entries = {entry}
-    for old in string.gmatch(list or '', '%S+') do
-        if #entries >= GONE_KEEP then
-            break
+    if not list or list == '' then
+        return entry
+    end
+    if string.find(list, hid, 1, true) then  -- (rare: the hold ended twice) rebuild the list
+        local entries = {entry}
+        for old in string.gmatch(list, '%S+') do
+            if #entries >= GONE_KEEP then
+                break
+            end
+            if string.sub(old, 2, 17) ~= hid then
+                entries[#entries + 1] = old
+            end
         end
-        if string.sub(old, 2, 17) ~= hid then
-            entries[#entries + 1] = old
+        return table.concat(entries, ' ')
+    end
+    -- (usual: no entry of this hold) keep the first GONE_KEEP - 1 entries as they are
+    local cut = 0
+    for _ = 1, GONE_KEEP - 1 do
+        cut = string.find(list, ' ', cut + 1, true)
+        if not cut then
+            return entry .. ' ' .. list
         end
     end
-    return table.concat(entries, ' ')
+    return entry .. ' ' .. string.sub(list, 1, cut - 1)
 end
 
 -- Record that the hold ``hid`` ended: ``entry`` is "R<hid>" or "X<hid>.<request id>".
