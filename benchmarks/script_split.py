@@ -15,7 +15,9 @@ scripts that do nothing else:
 and splits the scripts' time per cycle into the commands' own time, Lua calling them (the
 calls times the calibrated cost), starting the two scripts, and the rest: the scripts' own
 Lua (arithmetic, numbers turned into text, string work, the helper functions defined anew on
-each run). Medians over repetitions; compare them with each other, not across machines.
+each run). Last, what some of the scripts' own Lua costs, each measured the same way (a
+script doing it 20 times, less an empty one and less its commands' own time, per time).
+Medians over repetitions; compare them with each other, not across machines.
 """
 
 from __future__ import annotations
@@ -31,12 +33,32 @@ import redis
 from benchmarks.server import CommandStats, start_server
 from django_redis_locks.core import Backend, Lock, Semaphore, driver
 from django_redis_locks.core.primitive import Primitive
-from django_redis_locks.core.scripting import Call
+from django_redis_locks.core.scripting import Call, Script
 
 #: ``redis.call``s per calibration script.
 _CALLS = 20
 _EMPTY = "return 0"
 _EXISTS = f"for _ = 1, {_CALLS} do redis.call('EXISTS', KEYS[1]) end return 0"
+#: Steps of the scripts' own Lua, each timed as ``_CALLS`` runs of its body.
+_STEPS = {
+    "a number made into text (string.format)": "local x = string.format('%.0f', 1764167000000 + i)",
+    "a text made into a number (tonumber)": "local x = tonumber('1764167000000')",
+    "the server clock read (TIME) and made into ms and us": (
+        "local t = redis.call('TIME') "
+        "local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+        "local us = tonumber(t[1]) * 1000000 + tonumber(t[2])"
+    ),
+    "8 fields of a hash read into Lua (HMGET), beyond the command": (
+        "local h = redis.call('HMGET', KEYS[1], 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h')"
+    ),
+    "a holder id from a token (sha1hex)": (
+        "local h = string.sub(redis.sha1hex('nzfbC0Vsg2uo36us4-MGRstuM30'), 1, 16)"
+    ),
+}
+
+
+#: (Only its keys and arguments are used: see _script_cost.)
+_SCRIPT_STUB = Script("steps", _EMPTY, "")
 
 
 @dataclass(frozen=True)
@@ -127,6 +149,20 @@ def measure(client: redis.Redis, primitive: Primitive[Any], cycles: int) -> Spli
     )
 
 
+def steps(client: redis.Redis, runs: int) -> dict[str, float]:
+    """Microseconds per run of each of :data:`_STEPS`, beyond its commands' own time."""
+    fill = Call(_SCRIPT_STUB, ("drl-split:steps",), ())
+    client.hset("drl-split:steps", mapping=dict.fromkeys("abcdefgh", "x" * 20))
+    empty_us = _script_cost(client, _EMPTY, fill, runs)[0]
+    costs = {}
+    for what, body in _STEPS.items():
+        source = f"for i = 1, {_CALLS} do {body} end return 0"
+        evalsha_us, inner_us = _script_cost(client, source, fill, runs)
+        costs[what] = (evalsha_us - empty_us - inner_us) / _CALLS
+    client.delete("drl-split:steps")
+    return costs
+
+
 def _median_split(splits: list[Split]) -> Split:
     fields = Split.__dataclass_fields__
     return Split(**{name: statistics.median(getattr(s, name) for s in splits) for name in fields})
@@ -163,6 +199,10 @@ def main(argv: list[str] | None = None) -> None:
         for title, primitive in primitives:
             splits = [measure(client, primitive, args.cycles) for _ in range(args.reps)]
             print("\n".join(report(title, _median_split(splits))))
+        measured = [steps(client, args.cycles) for _ in range(args.reps)]
+        print("some of the scripts' own Lua, each:")
+        for what in _STEPS:
+            print(f"  {what:<74} {statistics.median(m[what] for m in measured):7.2f} us")
         backend.close()
         client.close()
     finally:

@@ -476,7 +476,7 @@ def render(result: dict[str, Any], out_dir: Path) -> str:
             fontsize=8,
         )
     left.axhline(FLOOR_TARGET, color="grey", linestyle="--", linewidth=1, label="target for ours")
-    left.set_xticks(list(xs), names, rotation=20)
+    left.set_xticks(list(xs), names, rotation=30, ha="right")
     left.set_ylabel("median cycle / floor's (same repetition)")
     left.set_title("Uncontended acquire + release")
     left.legend(fontsize=8)
