@@ -20,7 +20,8 @@ import cProfile
 import pstats
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,21 @@ class _Loops:
         return timed_run
 
 
+RunScript = Callable[[Any, Call], Any]
+
+
+@contextmanager
+def wrapped_driver_run(wrap: Callable[[RunScript], RunScript]) -> Iterator[None]:
+    """Within the block, the driver sends every script call through ``wrap(scripting.run)``."""
+    namespace = vars(driver)  # the driver calls scripting.run under this name
+    real_run = namespace["run"]
+    namespace["run"] = wrap(real_run)
+    try:
+        yield
+    finally:
+        namespace["run"] = real_run
+
+
 def _timed(loop: Callable[[], None], cycles: int) -> float:
     started = time.perf_counter()
     loop()
@@ -89,20 +105,15 @@ def _measure(loops: _Loops, reps: int) -> tuple[float, float, float]:
     """Medians of (our cycle, our time inside script calls, the floor's cycle), in us."""
     loops.ours()
     loops.floor()  # warm-up: connections, scripts loaded
-    namespace = vars(driver)  # the driver calls scripting.run under this name
-    real_run = namespace["run"]
-    namespace["run"] = loops.timed(real_run)
     totals: list[float] = []
     calls: list[float] = []
     floors: list[float] = []
-    try:
+    with wrapped_driver_run(loops.timed):
         for _ in range(reps):
             loops.inside = 0.0
             totals.append(_timed(loops.ours, loops.cycles))
             calls.append(loops.inside / loops.cycles * 1e6)
             floors.append(_timed(loops.floor, loops.cycles))
-    finally:
-        namespace["run"] = real_run
     return statistics.median(totals), statistics.median(calls), statistics.median(floors)
 
 

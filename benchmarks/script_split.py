@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+from benchmarks.cycle_split import RunScript, wrapped_driver_run
 from benchmarks.server import CommandStats, start_server
-from django_redis_locks.core import Backend, Lock, Semaphore, driver
+from django_redis_locks.core import Backend, Lock, Semaphore
 from django_redis_locks.core.primitive import Primitive
-from django_redis_locks.core.scripting import Call, Script
+from django_redis_locks.core.scripting import Call
 
 #: ``redis.call``s per calibration script.
 _CALLS = 20
@@ -55,10 +56,6 @@ _STEPS = {
         "local h = string.sub(redis.sha1hex('nzfbC0Vsg2uo36us4-MGRstuM30'), 1, 16)"
     ),
 }
-
-
-#: (Only its keys and arguments are used: see _script_cost.)
-_SCRIPT_STUB = Script("steps", _EMPTY, "")
 
 
 @dataclass(frozen=True)
@@ -94,26 +91,25 @@ def _stats(client: redis.Redis, loop: Callable[[], None], runs: int) -> tuple[fl
 def _recorded_calls(primitive: Primitive[Any]) -> list[Call]:
     """The script calls of one acquire + release of ``primitive``."""
     calls: list[Call] = []
-    namespace = vars(driver)  # the driver calls scripting.run under this name
-    real_run = namespace["run"]
 
-    def recording_run(client: Any, call: Call) -> Any:
-        calls.append(call)
-        return real_run(client, call)
+    def recording(run: RunScript) -> RunScript:
+        def recording_run(client: Any, call: Call) -> Any:
+            calls.append(call)
+            return run(client, call)
 
-    namespace["run"] = recording_run
-    try:
+        return recording_run
+
+    with wrapped_driver_run(recording):
         primitive.acquire(blocking=False)
         primitive.release()
-    finally:
-        namespace["run"] = real_run
     return calls
 
 
-def _script_cost(client: redis.Redis, source: str, call: Call, runs: int) -> tuple[float, float]:
-    """(EVALSHA us, its commands' us) per run of ``source`` with ``call``'s keys and args."""
+def _script_cost(
+    client: redis.Redis, source: str, keys: Sequence[Any], args: Sequence[Any], runs: int
+) -> tuple[float, float]:
+    """(EVALSHA us, its commands' us) per run of ``source`` with ``keys`` and ``args``."""
     script = client.register_script(source)
-    keys, args = list(call.keys), list(call.args)
 
     def loop() -> None:
         for _ in range(runs):
@@ -135,31 +131,30 @@ def measure(client: redis.Redis, primitive: Primitive[Any], cycles: int) -> Spli
     calls = _recorded_calls(primitive)
     cycle()
     scripts_us, commands, commands_us = _stats(client, cycle, cycles)
-    starting_us = sum(_script_cost(client, _EMPTY, call, cycles)[0] for call in calls)
-    empty_us = _script_cost(client, _EMPTY, calls[0], cycles)[0]
-    exists_us, exists_inner_us = _script_cost(client, _EXISTS, calls[0], cycles)
-    per_call_us = (exists_us - empty_us - exists_inner_us) / _CALLS
+    empty_us = [_script_cost(client, _EMPTY, call.keys, call.args, cycles)[0] for call in calls]
+    exists_us, exists_inner_us = _script_cost(client, _EXISTS, calls[0].keys, calls[0].args, cycles)
+    per_call_us = (exists_us - empty_us[0] - exists_inner_us) / _CALLS
     return Split(
         scripts_us=scripts_us,
         commands=commands,
         commands_us=commands_us,
         calling_us=commands * per_call_us,
-        starting_us=starting_us,
+        starting_us=sum(empty_us),
         per_call_us=per_call_us,
     )
 
 
 def steps(client: redis.Redis, runs: int) -> dict[str, float]:
     """Microseconds per run of each of :data:`_STEPS`, beyond its commands' own time."""
-    fill = Call(_SCRIPT_STUB, ("drl-split:steps",), ())
-    client.hset("drl-split:steps", mapping=dict.fromkeys("abcdefgh", "x" * 20))
-    empty_us = _script_cost(client, _EMPTY, fill, runs)[0]
+    keys = ["drl-split:steps"]
+    client.hset(keys[0], mapping=dict.fromkeys("abcdefgh", "x" * 20))
+    empty_us = _script_cost(client, _EMPTY, keys, (), runs)[0]
     costs = {}
     for what, body in _STEPS.items():
         source = f"for i = 1, {_CALLS} do {body} end return 0"
-        evalsha_us, inner_us = _script_cost(client, source, fill, runs)
+        evalsha_us, inner_us = _script_cost(client, source, keys, (), runs)
         costs[what] = (evalsha_us - empty_us - inner_us) / _CALLS
-    client.delete("drl-split:steps")
+    client.delete(keys[0])
     return costs
 
 

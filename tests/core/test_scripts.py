@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 import re
 from importlib import resources
 
@@ -216,17 +217,15 @@ def test_the_list_of_recent_releases_keeps_the_newest_16_and_one_entry_per_hold(
     entry yet, its rebuild when it has one), against a model of what the list must hold."""
     source = scripting._expand("-- @include gone\nreturn gone_with(ARGV[1], ARGV[2], ARGV[3])")
     gone_with = redis_client.register_script(source)
-    random = __import__("random").Random(15)
+    rng = random.Random(15)
     hids = [f"{n:016x}" for n in range(24)]
     for case in range(400):
         size = case % 20
         entries: list[str] = []
-        for hid in random.sample(hids, size):
-            entries.append(
-                f"R{hid}" if random.random() < 0.7 else f"X{hid}.{random.getrandbits(32):08x}"
-            )
-        hid = random.choice(hids)
-        entry = f"R{hid}" if case % 3 else f"X{hid}.{random.getrandbits(32):08x}"
+        for hid in rng.sample(hids, size):
+            entries.append(f"R{hid}" if rng.random() < 0.7 else f"X{hid}.{rng.getrandbits(32):08x}")
+        hid = rng.choice(hids)
+        entry = f"R{hid}" if case % 3 else f"X{hid}.{rng.getrandbits(32):08x}"
         given = " ".join(entries)
         result = gone_with(keys=[], args=[given, hid, entry]).decode()
         assert result.split(" ") == _gone_with_model(entries, hid, entry), (given, hid, entry)
