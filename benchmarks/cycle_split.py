@@ -28,8 +28,9 @@ from typing import Any
 import redis
 
 from benchmarks.server import CommandStats, start_server
-from django_redis_locks.core import Backend, Lock, driver
-from django_redis_locks.core.scripting import Call
+from django_redis_locks.core import Backend, Lock
+from django_redis_locks.core.protocol.scripting import Call
+from django_redis_locks.core.runtime import driver
 
 _COMPARE_AND_DELETE = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"

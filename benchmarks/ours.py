@@ -7,10 +7,12 @@ import threading
 import redis
 
 from benchmarks.registry import CYCLE, Impl, register, semaphore
-from django_redis_locks.core import Backend, Lock, Semaphore, lock_protocol, semaphore_protocol
-from django_redis_locks.core.holder import holder_metadata, new_token
+from django_redis_locks.core import Backend, Lock, Semaphore
 from django_redis_locks.core.lock import _session
-from django_redis_locks.core.scripting import Call, run
+from django_redis_locks.core.protocol import lock_calls as lock_protocol
+from django_redis_locks.core.protocol import semaphore_calls as semaphore_protocol
+from django_redis_locks.core.protocol.holder import holder_metadata, new_token
+from django_redis_locks.core.protocol.scripting import Call, run
 from django_redis_locks.core.validation import to_millis
 
 __all__ = ["OursAdapter", "OursScripts", "OursSemaphoreAdapter", "OursSemaphoreScripts"]

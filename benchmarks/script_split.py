@@ -34,7 +34,7 @@ from benchmarks.cycle_split import RunScript, wrapped_driver_run
 from benchmarks.server import CommandStats, start_server
 from django_redis_locks.core import Backend, Lock, Semaphore
 from django_redis_locks.core.primitive import Primitive
-from django_redis_locks.core.scripting import Call
+from django_redis_locks.core.protocol.scripting import Call
 
 #: ``redis.call``s per calibration script.
 _CALLS = 20

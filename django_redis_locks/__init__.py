@@ -5,8 +5,10 @@ with any redis-py client, and the Django layer is loaded when a lock is given no
 when one of its names (``redis_lock``, ``SemaphoreCommandMixin``) is first used.
 """
 
+import sys
 from typing import TYPE_CHECKING, Any
 
+from . import inspection as _inspection
 from .core import (
     Backend,
     HolderInfo,
@@ -27,7 +29,7 @@ from .core import (
     SemaphoreInfo,
     SemaphoreLimitMismatch,
 )
-from .core.backend import set_default_resolver
+from .core.connection.backend import set_default_resolver
 
 if TYPE_CHECKING:  # for type checkers only: at run time these load on first use
     from .commands import SemaphoreCommandMixin
@@ -82,8 +84,15 @@ def _django_backend(using: str | None) -> Backend:
 
 set_default_resolver(_django_backend)
 
+# The old import path ``django_redis_locks.inspect``, kept working without a module of that
+# name (which would shadow the standard library's ``inspect`` wherever this directory is on
+# ``sys.path``); ``inspect.pyi`` tells type checkers.
+sys.modules.setdefault(f"{__name__}.inspect", _inspection)
+
 
 def __getattr__(name: str) -> Any:
+    if name == "inspect":
+        return _inspection
     module = _DJANGO_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

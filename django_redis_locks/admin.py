@@ -4,7 +4,7 @@ It hangs off the unmanaged :class:`~django_redis_locks.models.LiveLock` model, s
 in the admin index under the app and uses real permissions (``view_livelock`` to see it,
 ``force_release_livelock`` to release). Every view checks its own permission; URLs and
 context come from ``self.admin_site``, so it works on custom admin sites too. Everything it
-shows comes from :mod:`django_redis_locks.inspect`, a page at a time.
+shows comes from :mod:`django_redis_locks.inspection`, a page at a time.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from .core.errors import InvalidArgument, InvalidArgumentType, LockBackendError
-from .core.holder import check_holder_id
 from .core.info import HolderInfo, Page, SemaphoreInfo
+from .core.protocol.holder import check_holder_id
 from .core.registry import force_release, get_lock, get_semaphore, list_locks, list_semaphores
 from .models import LiveLock
 

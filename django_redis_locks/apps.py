@@ -22,7 +22,7 @@ class DjangoRedisLocksConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import checks, connection, signals  # noqa: F401  (checks and the resolver)
+        from . import checks, signals  # noqa: F401  (the system checks register on import)
 
         signals.connect()
 

@@ -27,8 +27,8 @@ from .connection import (
     load_factory,
     refusal,
 )
+from .core.connection.eviction import SAFE_POLICY, eviction_risk
 from .core.errors import LockConfigurationError
-from .core.eviction import SAFE_POLICY, eviction_risk
 
 __all__ = ["check_eviction", "check_settings"]
 

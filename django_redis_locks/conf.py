@@ -13,7 +13,11 @@ from typing import Any, Literal, TypeVar
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .core.backend import DEFAULT_NAMESPACE, DEFAULT_REPLICA_WAIT_TIMEOUT, DEFAULT_TIMEOUT
+from .core.connection.backend import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_REPLICA_WAIT_TIMEOUT,
+    DEFAULT_TIMEOUT,
+)
 from .core.errors import LockError
 from .core.validation import check_namespace, check_ttl
 
@@ -128,17 +132,24 @@ def get_config() -> Config:
         return cached[1]
     config = _build({} if user is _ABSENT else user)
     if cached is not None:
-        from . import connection
-
-        connection.reset()  # its Backends were built from the previous value
+        _changed()  # what was built from the previous value goes
     _cached = (user, config)
     return config
 
 
+#: Called, with no arguments, when the settings change: :mod:`.connection` adds the dropping
+#: of the Backends it built from them (this module never imports it).
+on_change: list[Callable[[], None]] = []
+
+
+def _changed() -> None:
+    for listener in on_change:
+        listener()
+
+
 def reset() -> None:
-    """Forget the cached settings (and the connections built from them)."""
+    """Forget the cached settings (and, through ``on_change``, the connections built from
+    them)."""
     global _cached
     _cached = None
-    from . import connection
-
-    connection.reset()
+    _changed()

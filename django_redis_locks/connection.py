@@ -27,9 +27,9 @@ from django.conf import settings
 from django.core.cache import caches
 from django.utils.module_loading import import_string
 
-from .conf import get_config
-from .core.backend import Backend, set_default_resolver
-from .core.clients import derive_async
+from .conf import get_config, on_change
+from .core.connection.backend import Backend
+from .core.connection.clients import derive_async
 from .core.errors import LockConfigurationError
 
 __all__ = ["ClientFactory", "get_backend", "get_client", "reset"]
@@ -89,6 +89,9 @@ def reset() -> None:
         # Only the sibling client a Backend made is closed (its pool reconnects if a hold
         # still uses it), never the cache's or a factory's own client.
         backend.close()
+
+
+on_change.append(reset)
 
 
 def get_backend(using: str | None = None) -> Backend:
@@ -199,6 +202,3 @@ def backend_kind(cache: Any) -> str | None:
         if kind is not None:
             return kind
     return None
-
-
-set_default_resolver(get_backend)

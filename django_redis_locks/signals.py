@@ -25,9 +25,9 @@ from __future__ import annotations
 from django.db import connections
 from django.dispatch import Signal
 
-from .core.callbacks import add_idle_hook
 from .core.events import Event, EventType, subscribe
 from .core.lock import Lock
+from .core.runtime.callbacks import add_idle_hook
 from .core.semaphore import Semaphore
 
 __all__ = [

@@ -36,8 +36,8 @@ def test_wheel_contents(tmp_path: Path) -> None:
     shipped = {
         path.relative_to(ROOT).as_posix()
         for pattern in (
-            "core/scripts/*.lua",
-            "core/scripts/lib/*.lua",
+            "core/protocol/scripts/*.lua",
+            "core/protocol/scripts/lib/*.lua",
             "templates/**/*.html",
             "static/**/*.*",
             "migrations/*.py",
@@ -46,16 +46,16 @@ def test_wheel_contents(tmp_path: Path) -> None:
     }
     # Every script, the libraries they include, and every kind of file the admin needs.
     assert {n.rsplit("/", 1)[0] for n in shipped} >= {
-        "django_redis_locks/core/scripts",
-        "django_redis_locks/core/scripts/lib",
+        "django_redis_locks/core/protocol/scripts",
+        "django_redis_locks/core/protocol/scripts/lib",
         "django_redis_locks/migrations",
         "django_redis_locks/static/django_redis_locks",
     }
     assert any(n.endswith(".html") for n in shipped)
     assert not shipped - names, sorted(shipped - names)
     scripts = {
-        f"django_redis_locks/core/scripts/{p.name}"
-        for p in resources.files("django_redis_locks.core").joinpath("scripts").iterdir()
+        f"django_redis_locks/core/protocol/scripts/{p.name}"
+        for p in resources.files("django_redis_locks.core.protocol").joinpath("scripts").iterdir()
         if p.name.endswith(".lua")
     }
     assert scripts <= shipped

@@ -13,8 +13,9 @@ import redis
 from benchmarks.registry import Impl, LockAdapter, get
 from benchmarks.server import CommandStats
 from benchmarks.stats import summarize
-from django_redis_locks.core import Backend, lock_protocol
-from django_redis_locks.core.holder import holder_metadata, metadata_json, new_token
+from django_redis_locks.core import Backend
+from django_redis_locks.core.protocol import lock_calls as lock_protocol
+from django_redis_locks.core.protocol.holder import holder_metadata, metadata_json, new_token
 
 __all__ = ["busy_wait_us", "describe", "fill_locks", "fmt", "label", "open_adapter", "table"]
 

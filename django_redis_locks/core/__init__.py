@@ -1,9 +1,48 @@
-"""The Django-free core: Lua scripts, keys, Lock, Semaphore, registry, renewer and wake-ups.
+"""The Django-free core: Lock and Semaphore on Redis, their Lua scripts, renewal and wake-ups.
 
-Never imports Django.
+Never imports Django. The module map (each package groups what changes together)::
+
+    lock, semaphore      the public primitives; primitive: what both share (the hold table
+                         per owner, release, extend, checks)
+    registry, info       listings and force-release; the records they return
+    events               the one seam for whoever listens: signals, testing, exporters
+    errors, validation   the one error hierarchy; argument checks
+
+    protocol/            what travels to Redis, each wire format defined once:
+      keys               the key layout (and the waiter and holder records in it)
+      constants          numbers the scripts and Python share (pasted into the Lua)
+      scripts/*.lua      one atomic script per operation; scripts/lib: shared Lua helpers
+      scripting          loading and running scripts (EVALSHA, NOSCRIPT)
+      lock_calls,        per script: the call's KEYS/ARGV and the decoded reply
+      semaphore_calls
+      replies            the decoded replies both primitives share
+      wake_messages      the wake-up message (written by lib/lock, lib/semaphore)
+      holder             tokens, holder ids and the holder metadata stored with a hold
+
+    runtime/             what runs an operation in a process:
+      driver             runs an operation's effects (Eval, Listen, Wait, Detach) sync or async
+      acquiring          the acquire loop, written once as a generator of effects
+      holds              a hold and its lifecycle; ownership: threads, greenlets, tasks
+      renewal            the renewer: auto-renewal and the undo of unheard grants
+      deadlines,         acquire deadlines in server time; the client library's resends
+      resends
+      wakeup, waiters,   the per-process wake-up listener and the waiters it wakes
+      subscription
+      callbacks          the callback thread (loss listeners, hooks)
+
+    connection/          how the core reaches Redis:
+      backend            a Backend: clients, key space, defaults, the eviction check
+      clients, clusters, the clients built from the one given (bounded siblings, async
+      sentinels          twins), per kind of deployment
+      libraries          redis-py and valkey-py; client_settings: settings carried over
+      eviction           whether the server may evict keys
+
+A blocked ``acquire()`` runs lock/semaphore -> primitive -> runtime.acquiring ->
+runtime.driver, which sends the protocol's calls through the connection's Backend and waits
+on runtime.wakeup.
 """
 
-from .backend import Backend
+from .connection.backend import Backend
 from .errors import (
     InvalidArgument,
     InvalidArgumentType,

@@ -1,8 +1,9 @@
 """What happens to holds, for whoever listens: the Django layer turns events into signals.
 
-Listeners are called synchronously, in the thread where the event happened (the renewer's
-thread for a loss it finds); one that raises is logged and does not disturb the others or
-the operation. Events never carry tokens, only holder ids.
+Listeners are called synchronously, in the thread where the event happened (for a loss that
+the renewer finds, the library's callback thread, see :mod:`.runtime.callbacks`, never the
+renewer's); one that raises is logged and does not disturb the others or the operation.
+Events never carry tokens, only holder ids.
 """
 
 from __future__ import annotations

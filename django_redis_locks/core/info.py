@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from .replies import text
+from .protocol.replies import text
 
 __all__ = ["HolderInfo", "Page", "SemaphoreInfo", "parse_lock", "parse_semaphore"]
 

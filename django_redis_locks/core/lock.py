@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from . import lock_protocol as protocol
-from . import replies
-from .acquiring import Outcome, Request
-from .backend import Backend
-from .driver import Command, Eval, EvalWait, Operation, adrive, drive
+from .connection.backend import Backend
 from .errors import (
     InvalidArgument,
     InvalidArgumentType,
@@ -20,12 +15,16 @@ from .errors import (
     LockNotAcquired,
     LockNotReplicated,
 )
-from .holds import Hold
-from .keys import LockKeys
-from .ownership import bound_to_caller, current_owner
 from .primitive import LostCallback, Primitive
-from .renewal import renewer
-from .scripting import Call
+from .protocol import lock_calls as protocol
+from .protocol import replies
+from .protocol.keys import LockKeys
+from .protocol.scripting import Call
+from .runtime.acquiring import Outcome, Request
+from .runtime.driver import Command, Eval, EvalWait, Operation, adrive, drive
+from .runtime.holds import Hold
+from .runtime.ownership import bound_to_caller, current_owner, owner_serial, process_tag
+from .runtime.renewal import renewer
 from .validation import MAX_TTL_SECONDS, check_bool, check_ttl, to_millis
 
 __all__ = ["DEFAULT_SLICE_SECONDS", "MAX_SLICE_SECONDS", "Lock"]
@@ -61,7 +60,7 @@ class Lock(Primitive[LockKeys]):
 
     One Lock object may be shared by threads, greenlets and asyncio tasks: each has its own
     hold and token, and none can release another's (a hold belongs to whoever *called*
-    ``acquire()``/``aacquire()``; see :mod:`.ownership`). Locks are not re-entrant, but a
+    ``acquire()``/``aacquire()``; see :mod:`.runtime.ownership`). Locks are not re-entrant, but a
     hold whose TTL ran out is no hold: acquiring again then simply takes the lock anew.
 
     Raises InvalidArgument / InvalidArgumentType (ValueError / TypeError) for bad arguments.
@@ -180,8 +179,12 @@ class Lock(Primitive[LockKeys]):
 
     def _attempt(
         self, request: Request[LockKeys], queue: bool
-    ) -> Operation[replies.Acquired | replies.Contended]:
+    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate]:
         """The acquire script, and with wait_for_replicas the WAIT (undone if short)."""
+        needed = 0
+        if self.wait_for_replicas is not None:
+            needed = yield from self._replicas_needed(request.keys)
+        deadline_ms = yield from request.deadline()
         call = protocol.acquire_call(
             request.keys,
             request.token,
@@ -189,19 +192,19 @@ class Lock(Primitive[LockKeys]):
             request.metadata,
             queue=queue,
             lease_ms=protocol.WAITER_LEASE_MS,
-            # A hand-over skips this waiter's WAIT: with wait_for_replicas it takes the lock
-            # itself once a release wakes it.
-            handoff=self.wait_for_replicas is None,
             session=_session(request.owner),
             slice_ms=self._slice_ms,
             channel=self._channel(request) if queue else "-",
+            deadline_ms=deadline_ms,
         )
         if self.wait_for_replicas is None:
-            return protocol.decode_acquire((yield Eval(call)))
-        needed = yield from self._replicas_needed(request.keys)
+            result = protocol.decode_acquire((yield from request.ask(Eval(call))))
+            request.answered(result.server_now_ms)
+            return result
         timeout_ms = to_millis(request.backend.replica_wait_timeout)
-        reply, acked = yield EvalWait(call, needed, timeout_ms)
+        reply, acked = yield from request.ask(EvalWait(call, needed, timeout_ms))
         result = protocol.decode_acquire(reply)
+        request.answered(result.server_now_ms)
         if isinstance(result, replies.Acquired) and acked < needed:
             undo = self._release_call(request.keys, request.token)
             try:
@@ -231,6 +234,10 @@ class Lock(Primitive[LockKeys]):
         if hold.lost:
             raise self._lost(hold, hold.lost_reason or "")
         started = time.monotonic()
+        if replace:
+            # A shorter TTL takes effect once the script ran, whether or not its reply comes
+            # back: believe it from now on, and the reply (if any) tells the rest.
+            hold.extended(min(hold.expires_at, started + ms / 1000))
         hold.extends += 1  # numbered, so that a resent extend counts once
         call = protocol.extend_call(
             hold.keys, hold.token, ms, "set" if replace else "add", _MAX_TTL_MS, seq=hold.extends
@@ -249,8 +256,11 @@ class Lock(Primitive[LockKeys]):
 
 
 def _session(owner: object) -> str:
-    """Names the asking thread, greenlet or task, for slices: the same for all its acquires."""
-    return f"{os.getpid()}.{id(owner):x}"
+    """Names the asking thread, greenlet or task, for slices: the same for all its acquires,
+    and never another's (not its ``id()``: a later owner at the same address would share it,
+    and could take over this one's slice; nor its pid: another host's or container's process
+    may have the same)."""
+    return f"{process_tag()}.{owner_serial(owner):x}"
 
 
 def _check_slice(value: object) -> float:

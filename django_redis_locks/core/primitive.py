@@ -1,26 +1,23 @@
 """What locks and semaphores share: the public API, per-owner holds, release and checks.
 
 A primitive is held by *owners* (threads, greenlets or asyncio tasks; see
-:mod:`.ownership`), each with its own token, so one object may be shared without one owner
+:mod:`.runtime.ownership`), each with its own token, so one object may be shared without one owner
 releasing another's hold. Every operation is written once as a generator of effects (see
-:mod:`.driver`); the sync methods run it with :func:`drive`, their ``a``-prefixed twins with
-:func:`adrive`. The acquire loop lives in :mod:`.acquiring`, a hold's lifecycle in
-:mod:`.holds`, renewal in :mod:`.renewal`. Subclasses supply the scripts.
+:mod:`.runtime.driver`); the sync methods run it with :func:`drive`, their ``a``-prefixed twins with
+:func:`adrive`. The acquire loop lives in :mod:`.runtime.acquiring`, a hold's lifecycle in
+:mod:`.runtime.holds`, renewal in :mod:`.runtime.renewal`. Subclasses supply the scripts.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Literal, Self, TypeVar
 
-from . import replies
-from .acquiring import Keys, Outcome, Request, acquire_steps
-from .backend import Backend, backend_for_client, resolve_backend
-from .driver import Eval, Operation, adrive, drive
+from .connection.backend import Backend, backend_for_client, resolve_backend
 from .errors import (
     InvalidArgument,
     InvalidArgumentType,
@@ -31,11 +28,14 @@ from .errors import (
     LockNotOwned,
 )
 from .events import Event, EventType, emit, listening
-from .holder import check_metadata, holder_metadata, metadata_json, new_token
-from .holds import Hold, State
-from .ownership import bound_to_caller, current_owner, owner_alive, owner_kind
-from .renewal import Renewal, renewer
-from .scripting import Call
+from .protocol import replies
+from .protocol.holder import check_metadata, holder_metadata, metadata_json, new_token
+from .protocol.scripting import Call
+from .runtime.acquiring import Keys, Outcome, Request, acquire_steps, lifetime
+from .runtime.driver import Detach, Eval, Operation, adrive, drive
+from .runtime.holds import Hold, HoldTable, State
+from .runtime.ownership import bound_to_caller, current_owner, owner_alive, owner_kind
+from .runtime.renewal import Renewal, renewer
 from .validation import check_bool, check_name, check_ttl, check_wait
 
 __all__ = ["Primitive"]
@@ -90,7 +90,7 @@ class Primitive(Generic[K]):
         self._backend: Backend | None = None
         if client is not None:
             self._backend = client if isinstance(client, Backend) else backend_for_client(client)
-        self._holds: weakref.WeakKeyDictionary[Any, Hold] = weakref.WeakKeyDictionary()
+        self._holds = HoldTable()
         self._keys: tuple[str, K] | None = None
 
     def __repr__(self) -> str:
@@ -98,14 +98,14 @@ class Primitive(Generic[K]):
 
     def _derived(self, name: str, metadata: dict[str, Any], metadata_json: str) -> Self:
         """A new object with this one's options for ``name`` and ``metadata`` (both checked
-        already; ``metadata_json`` as :func:`.holder.metadata_json` gives it): what the
+        already; ``metadata_json`` as :func:`.protocol.holder.metadata_json` gives it): what the
         decorator makes per call, without checking the same options again."""
         derived = object.__new__(type(self))
         derived.__dict__.update(self.__dict__)
         derived.name = name
         derived.metadata = metadata
         derived._metadata_json = metadata_json
-        derived._holds = weakref.WeakKeyDictionary()
+        derived._holds = HoldTable()
         derived._keys = None
         return derived
 
@@ -115,8 +115,10 @@ class Primitive(Generic[K]):
 
     def _attempt(
         self, request: Request[Any], queue: bool
-    ) -> Operation[replies.Acquired | replies.Contended]:
-        """One try. With ``queue`` a primitive with a queue keeps (or takes) a place in it."""
+    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate]:
+        """One try (its script with a deadline, through :meth:`.runtime.acquiring.Request.ask`, and
+        the reply's server time to :meth:`.runtime.acquiring.Request.answered`). With ``queue`` a
+        primitive with a queue keeps (or takes) a place in it."""
         raise NotImplementedError
 
     def _release_call(self, keys: K, token: str) -> Call:
@@ -253,10 +255,7 @@ class Primitive(Generic[K]):
         return cached[1]
 
     def _current_hold(self, owner: Any = None) -> Hold | None:
-        hold = self._holds.get(current_owner() if owner is None else owner)
-        if hold is not None and hold.pid != os.getpid():
-            return None  # the parent's hold, seen from a forked child
-        return hold
+        return self._holds.get(current_owner() if owner is None else owner)
 
     def _require_hold(self, owner: Any) -> Hold:
         hold = self._current_hold(owner)
@@ -287,11 +286,26 @@ class Primitive(Generic[K]):
         if hold.renewed:
             renewer().remove(hold)
         hold.end()
-        owner = hold.owner()
-        if owner is not None and self._holds.get(owner) is hold:
-            del self._holds[owner]
+        self._watch_copies(hold)
+        self._holds.drop(hold)
+
+    def _watch_copies(self, hold: Hold) -> None:
+        """The hold is over for its owner: if a late copy of its acquire may still land (the
+        acquire went out more than once), have the renewer undo it until no copy can (once;
+        see :mod:`.runtime.deadlines`)."""
+        until, hold.copies_until = hold.copies_until, 0.0
+        if until > time.monotonic():
+            renewer().watch(
+                hold.backend,
+                self._release_call(hold.keys, hold.token),
+                until,
+                lifetime(hold.ttl),
+                f"late copies of the acquire of {self.kind} {self.name!r}",
+                now=False,
+            )
 
     def _on_hold_lost(self, hold: Hold, reason: str) -> None:
+        self._watch_copies(hold)  # (the owner may not call again soon)
         logger.warning("lost: %s %r (holder %s): %s", self.kind, self.name, hold.holder_id, reason)
         self._emit("lost", hold, reason=reason)
         if self.on_lost is not None:
@@ -376,24 +390,36 @@ class Primitive(Generic[K]):
             backend=request.backend,
             keys=request.keys,
             on_lost=on_lost,
+            copies_until=request.copies_until,
         )
-        self._holds[request.owner] = hold
-        if self.auto_renew:
-            hold.renewed = True
-            renewer().add(
-                Renewal(
-                    hold, self._renew_call(hold), f"{self.kind} {self.name!r}", _stop(self, hold)
+        request.copies_until = 0.0  # (the hold's to watch now)
+        try:
+            self._holds.put(request.owner, hold)
+            if self.auto_renew:
+                hold.renewed = True
+                renewer().add(
+                    Renewal(
+                        hold,
+                        self._renew_call(hold),
+                        f"{self.kind} {self.name!r}",
+                        _stop(self, hold),
+                    )
                 )
-            )
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "acquire: %s %r (holder %s, fence %s)",
-                self.kind,
-                self.name,
-                hold.holder_id,
-                hold.fence,
-            )
-        self._emit("acquired", hold)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "acquire: %s %r (holder %s, fence %s)",
+                    self.kind,
+                    self.name,
+                    hold.holder_id,
+                    hold.fence,
+                )
+            self._emit("acquired", hold)
+        except BaseException:
+            # Interrupted (Ctrl-C) while recording: the acquire raises, and undoes the grant
+            # in Redis (see acquiring.acquire_steps); the caller knows of no hold, so neither
+            # does this process.
+            self._forget(hold)
+            raise
 
     @staticmethod
     def _channel(request: Request[Any]) -> str:
@@ -409,19 +435,36 @@ class Primitive(Generic[K]):
         if hold.lost or not hold.begin_release():
             self._forget(hold)
             raise LockLost(f"{self.kind} {self.name!r} was lost: {hold.lost_reason}")
-        call = self._release_call(hold.keys, hold.token)
         retry = hold.release_sent
         hold.release_sent = True
+        call: Call | None = None
         try:
+            # (Inside the try: a process's first release reads its script, where a Ctrl-C
+            # may land too.)
+            call = self._release_call(hold.keys, hold.token)
             code = int((yield Eval(call)))
         except LockBackendError:
             # It may have run. The renewer sends it again as soon as Redis answers; the
             # caller may retry too (both are recognised as the same release).
+            assert call is not None  # (only the script's run raises it)
             renewer().reclaim(
                 hold.backend,
                 call,
                 max(hold.local_time_left(), 0.0) + hold.ttl,
                 f"a release whose reply never came ({self.kind} {self.name!r})",
+            )
+            self._watch_copies(hold)
+            raise
+        except GeneratorExit:
+            raise
+        except BaseException:
+            # Cancelled or interrupted, maybe before the script went out: finish the release
+            # whatever happens to the caller next (or leave it to the renewer).
+            self._forget(hold)
+            yield Detach(
+                call if call is not None else self._release_call(hold.keys, hold.token),
+                max(hold.local_time_left(), 0.0) + hold.ttl,
+                f"an interrupted release of {self.kind} {self.name!r}",
             )
             raise
         done = code in (replies.RELEASED, replies.RELEASED_BEFORE)

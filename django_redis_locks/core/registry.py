@@ -1,6 +1,6 @@
 """Introspection: list live locks and semaphores, look one up, force-release one hold.
 
-Every lock and semaphore is listed in its bucket's registry (see :mod:`.keys`), which the
+Every lock and semaphore is listed in its bucket's registry (see :mod:`.protocol.keys`), which the
 scripts keep current and prune. A listing walks the buckets in order, a chunk of buckets per
 round trip (16 first, then as many as the density seen so far says will fill the page), then
 describes the page's entries with one inspection script per bucket: the first page of 100
@@ -22,16 +22,17 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
-from . import lock_protocol, semaphore_protocol
-from .backend import Backend, backend_for_client, resolve_backend
-from .driver import Eval, EvalMany, Operation, drive
+from .connection.backend import Backend, backend_for_client, resolve_backend
 from .errors import InvalidArgument, InvalidArgumentType
 from .events import Event, emit, listening
-from .holder import check_holder_id
 from .info import HolderInfo, Page, SemaphoreInfo, parse_lock, parse_semaphore
-from .keys import BUCKETS, LOCK_KIND, SEMAPHORE_KIND, KeySpace
-from .replies import RELEASED, RELEASED_BEFORE, text
-from .scripting import Call, load
+from .protocol import lock_calls as lock_protocol
+from .protocol import semaphore_calls as semaphore_protocol
+from .protocol.holder import check_holder_id
+from .protocol.keys import BUCKETS, LOCK_KIND, SEMAPHORE_KIND, KeySpace
+from .protocol.replies import RELEASED, RELEASED_BEFORE, text
+from .protocol.scripting import Call, load
+from .runtime.driver import Eval, EvalMany, Operation, drive
 from .validation import MAX_NAME_BYTES, check_name
 
 __all__ = [

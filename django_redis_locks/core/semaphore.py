@@ -11,11 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import replies
-from . import semaphore_protocol as protocol
-from .acquiring import Outcome, Request
-from .backend import Backend
-from .driver import Eval, Operation, adrive, drive
+from .connection.backend import Backend
 from .errors import (
     InvalidArgument,
     InvalidArgumentType,
@@ -23,14 +19,18 @@ from .errors import (
     SemaphoreFull,
     SemaphoreLimitMismatch,
 )
-from .holds import Hold
 from .info import HolderInfo, SemaphoreInfo
-from .keys import SemaphoreKeys
-from .lock_protocol import WAITER_LEASE_MS
-from .ownership import bound_to_caller, current_owner
 from .primitive import LostCallback, Primitive
+from .protocol import replies
+from .protocol import semaphore_calls as protocol
+from .protocol.keys import SemaphoreKeys
+from .protocol.lock_calls import WAITER_LEASE_MS
+from .protocol.scripting import Call
 from .registry import semaphore_info_steps
-from .scripting import Call
+from .runtime.acquiring import Outcome, Request
+from .runtime.driver import Eval, Operation, adrive, drive
+from .runtime.holds import Hold
+from .runtime.ownership import bound_to_caller, current_owner
 from .validation import to_millis
 
 __all__ = ["MAX_LIMIT", "Semaphore"]
@@ -171,7 +171,8 @@ class Semaphore(Primitive[SemaphoreKeys]):
 
     def _attempt(
         self, request: Request[SemaphoreKeys], queue: bool
-    ) -> Operation[replies.Acquired | replies.Contended]:
+    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate]:
+        deadline_ms = yield from request.deadline()
         call = protocol.acquire_call(
             request.keys,
             request.token,
@@ -181,15 +182,18 @@ class Semaphore(Primitive[SemaphoreKeys]):
             queue=queue,
             lease_ms=WAITER_LEASE_MS,
             channel=self._channel(request) if queue else "-",
+            deadline_ms=deadline_ms,
         )
-        result = protocol.decode_acquire((yield Eval(call)))
+        result = protocol.decode_acquire((yield from request.ask(Eval(call))))
         if isinstance(result, protocol.LimitMismatch):
+            request.answered(None)
             raise SemaphoreLimitMismatch(
                 f"semaphore {self.name!r} is in use with limit {result.stored_limit}, "
                 f"not {self.limit}: everyone using one name must pass the same limit",
                 stored_limit=result.stored_limit,
                 limit=self.limit,
             )
+        request.answered(result.server_now_ms)
         return result
 
     # -- semaphore operations (sans I/O) ---------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from django_redis_locks.inspect import HolderInfo, SemaphoreInfo
+from django_redis_locks.inspection import HolderInfo, SemaphoreInfo
 
 __all__ = [
     "COLUMNS",

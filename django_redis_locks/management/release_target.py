@@ -8,7 +8,7 @@ from typing import Literal
 
 from django.core.management.base import CommandError
 
-from django_redis_locks.inspect import HolderInfo, get_lock, get_semaphore
+from django_redis_locks.inspection import HolderInfo, get_lock, get_semaphore
 from django_redis_locks.management.listing_output import who
 
 __all__ = ["Kind", "release_target"]

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from django_redis_locks.core import Lock, LockBackendError, Semaphore
-from django_redis_locks.core.holder import holder_id
-from django_redis_locks.inspect import get_lock, get_semaphore
+from django_redis_locks.core.protocol.holder import holder_id
+from django_redis_locks.inspection import get_lock, get_semaphore
 from tests.harness.proxy import Mode
 from tests.harness.servers import wait_until
 from tests.helpers import Proxied, is_held, only_recent_releases, proxied_backend

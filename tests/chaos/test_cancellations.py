@@ -27,16 +27,11 @@ from typing import Any
 import pytest
 import redis
 
-from django_redis_locks.core import (
-    Backend,
-    Lock,
-    LockNotAcquired,
-    Semaphore,
-    driver,
-)
-from django_redis_locks.core.renewal import renewer
-from django_redis_locks.core.replies import text
-from django_redis_locks.inspect import list_locks, list_semaphores
+from django_redis_locks.core import Backend, Lock, LockNotAcquired, Semaphore
+from django_redis_locks.core.protocol.replies import text
+from django_redis_locks.core.runtime import driver
+from django_redis_locks.core.runtime.renewal import renewer
+from django_redis_locks.inspection import list_locks, list_semaphores
 from tests.harness.servers import HarnessError, wait_until
 from tests.helpers import only_recent_releases
 
@@ -182,7 +177,7 @@ def test_400_random_cancellations_leave_no_waiter_queue_or_phantom_hold_behind(
 
         known = set()
         for primitive in primitives:
-            known |= {hold.token for hold in primitive._holds.values()}
+            known |= {hold.token for hold in primitive._holds.holds()}
         live = set()
         queued = []
         for primitive in primitives:

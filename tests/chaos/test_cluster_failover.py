@@ -30,8 +30,8 @@ import pytest
 from redis.crc import key_slot
 
 from django_redis_locks.core import Backend, Lock, LockBackendError
-from django_redis_locks.core.keys import KeySpace
-from django_redis_locks.inspect import force_release, list_locks
+from django_redis_locks.core.protocol.keys import KeySpace
+from django_redis_locks.inspection import force_release, list_locks
 from tests.chaos.failover import BOUND, SOCKET_TIMEOUT, limit
 from tests.chaos.processes import Processes, worker_command
 from tests.chaos.sweep import Interval, overlapping_pairs, parse_cycle_logs

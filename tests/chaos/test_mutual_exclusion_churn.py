@@ -33,8 +33,8 @@ import pytest
 import redis
 
 from django_redis_locks.core import Backend
-from django_redis_locks.core.replies import text
-from django_redis_locks.inspect import get_lock
+from django_redis_locks.core.protocol.replies import text
+from django_redis_locks.inspection import get_lock
 from tests.chaos.processes import Processes, worker_command
 from tests.chaos.sweep import Interval, log_lines, overlapping_pairs
 from tests.harness.acl import unrestricted_url

@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from django_redis_locks.core import Backend, Lock, LockNotReplicated
-from django_redis_locks.inspect import get_lock
+from django_redis_locks.inspection import get_lock
 from tests.harness.proxy import ReplyProxy
 from tests.harness.servers import RedisServer, wait_for_replica, wait_until
 from tests.helpers import is_held

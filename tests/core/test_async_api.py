@@ -166,7 +166,7 @@ def test_cancellation_mid_acquire_is_honoured_and_leaves_no_hold(aclient, namesp
     """Cancel aacquire() at every point of a free-lock acquire: the task ends cancelled (also
     where redis-py's send swallows the cancellation on Python 3.11) or with the lock held, and
     a cancelled acquire never leaves a hold behind."""
-    from django_redis_locks.core import driver
+    from django_redis_locks.core.runtime import driver
 
     async def scenario(backend, client):
         outcomes = {"cancelled": 0, "acquired": 0}

@@ -17,7 +17,8 @@ from typing import Any
 
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.core.renewal import renewer
+from django_redis_locks.core.protocol.holder import new_token
+from django_redis_locks.core.runtime.renewal import renewer
 from tests.harness import clients
 from tests.harness.servers import wait_until
 from tests.helpers import seconds_to_wake_a_waiter
@@ -64,15 +65,14 @@ def test_a_backend_with_a_pending_reclaim_is_kept_until_the_reclaim_is_done(
     with clients.sync_from_url(redis_server.url, socket_timeout=5) as client:
         backend = Backend(client, namespace=namespace)
         lock = Lock("reclaimed", client=backend, timeout=30)
-        assert lock.acquire()
-        hold = lock._current_hold()
-        assert hold is not None
-        # What an acquire whose reply was lost leaves: a reclaim of its token, which the
-        # renewer sends at once and then looks at again for as long as the grant could live.
-        call = lock._release_call(hold.keys, hold.token)
+        # What an acquire whose reply was lost leaves while its request has not reached Redis
+        # (yet): a reclaim of its token, which the renewer sends at once, finds nothing, and
+        # looks at again for as long as the grant could appear. (A token that held the lock
+        # would be undone by the first look, which may come before the checks below.)
+        call = lock._release_call(lock._keys_for(backend), new_token())
         renewer().reclaim(backend, call, 1.0, "lock 'reclaimed'")
         alive: Callable[[], Backend | None] = weakref.ref(backend)
-        del backend, lock, hold
+        del backend, lock
         gc.collect()
         assert alive() is not None, "the pending reclaim lost its Backend"
         wait_until(lambda: renewer().reclaiming(alive()) == 0, timeout=10, what="the reclaim")

@@ -14,7 +14,7 @@ from redis.crc import key_slot
 
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.inspect import get_lock, get_semaphore, list_locks, list_semaphores
+from django_redis_locks.inspection import get_lock, get_semaphore, list_locks, list_semaphores
 from tests.harness.servers import hub_has_waiter, wait_until
 
 pytestmark = pytest.mark.cluster

@@ -1,14 +1,16 @@
 """A release never hands the lock (or a slot) to a dead waiter for long, and dead waiters are
 dropped with bounded work per script.
 
-A waiter SIGKILLed while queued keeps its place until its lease runs out (5 s); a release in
-that window hands it the lock. The hand-over lasts a short confirmation window only, which a
-live waiter closes at once by confirming it: after a waiter died, the name is free again
-about a second after the release, whatever the TTL.
+A waiter SIGKILLed while queued keeps its place until its lease runs out (3 s after its last
+ask); a release meanwhile hands it the lock. The hand-over lasts a short confirmation window
+only, which a live waiter closes at once by confirming it; a dead one never does, and is
+handed the name again only while its place lasts: after a waiter died, the name is free
+again within its lease, whatever the TTL.
 """
 
 from __future__ import annotations
 
+import gc
 import signal
 import subprocess
 import sys
@@ -20,17 +22,19 @@ import pytest
 
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.core import lock_protocol as protocol
+from django_redis_locks.core.protocol import lock_calls as protocol
 from tests.harness.acl import silent_channel
 from tests.harness.servers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 30.0
-FREE_WITHIN = 2.0  # seconds after the release, whatever the TTL
+# Seconds after the release, whatever the TTL: the killed waiter's lease (it asked at most a
+# re-check before the kill), and a little slack.
+FREE_WITHIN = protocol.WAITER_LEASE_MS / 1000 + 0.5
 
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
-def test_a_release_to_a_killed_waiter_frees_the_name_within_about_a_second(
+def test_a_release_to_a_killed_waiter_frees_the_name_within_its_lease(
     redis_server: Any, backend: Backend, redis_client: Any, kind: str
 ) -> None:
     def make(**options: Any) -> Lock | Semaphore:
@@ -105,11 +109,18 @@ def test_dead_waiters_cost_a_release_bounded_work(
     assert redis_client.zcard(keys.queue) == dead
     time.sleep(LEASE_MS / 1000)  # then they all die: every lease ran out
     timings = []
-    for _ in range(5):
-        started = time.perf_counter()
-        holder.release()
-        timings.append(time.perf_counter() - started)
-        assert holder.acquire(blocking=False)
+    # (Queuing them made many objects: a garbage collection of this process inside a timed
+    # release once took 0.16 s of the 0.05 s allowed. Collect first, and not while timing.)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(5):
+            started = time.perf_counter()
+            holder.release()
+            timings.append(time.perf_counter() - started)
+            assert holder.acquire(blocking=False)
+    finally:
+        gc.enable()
     holder.release()
     print(f"release among {dead:,} dead waiters: {max(timings) * 1000:.1f} ms at most")
     assert max(timings) < 0.05  # 200,000 took 1.16 s: one script walked every dead waiter

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from django_redis_locks.core import Backend, Lock, Semaphore
-from django_redis_locks.core.eviction import eviction_risk, policy_message
+from django_redis_locks.core.connection.eviction import eviction_risk, policy_message
 from tests.harness.plugin import MakeServer
 
 EVICTING = ["allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-ttl"]
@@ -27,7 +27,7 @@ def test_first_use_warns_once_when_the_server_may_evict_lock_keys(
 ) -> None:
     server = make_server(extra_args=["--maxmemory", "64mb", "--maxmemory-policy", policy])
     backend = _backend(server, namespace)
-    caplog.set_level(logging.WARNING, logger="django_redis_locks.core.eviction")
+    caplog.set_level(logging.WARNING, logger="django_redis_locks.core.connection.eviction")
     with Lock("nightly", client=backend, timeout=5):
         pass
     with Semaphore("exports", 2, client=backend, timeout=5):
@@ -38,7 +38,9 @@ def test_first_use_warns_once_when_the_server_may_evict_lock_keys(
             pass
 
     asyncio.run(asyncio_use())
-    warnings = [r for r in caplog.records if r.name == "django_redis_locks.core.eviction"]
+    warnings = [
+        r for r in caplog.records if r.name == "django_redis_locks.core.connection.eviction"
+    ]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     message = warnings[0].getMessage()
     assert warnings[0].levelno == logging.WARNING
@@ -60,7 +62,7 @@ def test_no_warning_when_nothing_can_be_evicted(
 ) -> None:
     server = make_server(extra_args=extra_args)
     backend = _backend(server, namespace)
-    caplog.set_level(logging.INFO, logger="django_redis_locks.core.eviction")
+    caplog.set_level(logging.INFO, logger="django_redis_locks.core.connection.eviction")
     with Lock("nightly", client=backend, timeout=5):
         pass
     assert [r.getMessage() for r in caplog.records if r.name.endswith("eviction")] == []
@@ -87,12 +89,14 @@ def test_an_asyncio_first_use_checks_too(
 ) -> None:
     server = make_server(extra_args=["--maxmemory", "64mb", "--maxmemory-policy", "volatile-lfu"])
     backend = _backend(server, namespace)
-    caplog.set_level(logging.WARNING, logger="django_redis_locks.core.eviction")
+    caplog.set_level(logging.WARNING, logger="django_redis_locks.core.connection.eviction")
 
     async def use() -> None:
         async with Semaphore("exports", 2, client=backend, timeout=5):
             pass
 
     asyncio.run(use())
-    [warning] = [r for r in caplog.records if r.name == "django_redis_locks.core.eviction"]
+    [warning] = [
+        r for r in caplog.records if r.name == "django_redis_locks.core.connection.eviction"
+    ]
     assert "maxmemory-policy volatile-lfu" in warning.getMessage()

@@ -119,6 +119,18 @@ def test_extend_adds_or_replaces(backend: Backend, redis_client) -> None:
     lock.release()
 
 
+def test_an_extend_keeps_the_key_alive_as_long_as_the_hold(backend: Backend, redis_client) -> None:
+    """The hash outlives the hold an extend gives it (and the retention after it), also past
+    the expiry the acquire had set: a hash that expired first would free a held lock."""
+    lock = Lock("extend-far", client=backend, timeout=1)
+    lock.acquire()
+    assert lock.extend(3600) > 3600
+    hold_ms = held_ttl_ms(redis_client, lock_key(lock)) or 0
+    assert hold_ms > 3_600_000
+    assert redis_client.pttl(lock_key(lock)) >= hold_ms
+    lock.release()
+
+
 def test_ensure_held(backend: Backend, redis_client) -> None:
     lock = Lock("ensure", client=backend, timeout=5)
     with pytest.raises(LockNotOwned):
@@ -198,9 +210,9 @@ def test_threads_sharing_one_lock_object_hold_separately(backend: Backend) -> No
 
 def test_release_is_recognised_when_repeated(backend: Backend) -> None:
     """A release whose reply was lost and is sent again (same token) still succeeds."""
-    from django_redis_locks.core import lock_protocol as protocol
-    from django_redis_locks.core.replies import RELEASED, RELEASED_BEFORE
-    from django_redis_locks.core.scripting import run
+    from django_redis_locks.core.protocol import lock_calls as protocol
+    from django_redis_locks.core.protocol.replies import RELEASED, RELEASED_BEFORE
+    from django_redis_locks.core.protocol.scripting import run
 
     lock = Lock("again", client=backend, timeout=5)
     lock.acquire()

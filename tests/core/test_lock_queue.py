@@ -5,31 +5,54 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 import redis
 
 from django_redis_locks import Lock
 from django_redis_locks.core import Backend
-from django_redis_locks.core import lock_protocol as protocol
-from django_redis_locks.core.replies import Contended
-from django_redis_locks.inspect import get_lock
+from django_redis_locks.core.protocol import lock_calls as protocol
+from django_redis_locks.core.protocol.keys import LockKeys
+from django_redis_locks.core.protocol.replies import Acquired, Contended
+from django_redis_locks.inspection import get_lock
 from tests.harness.acl import silent_channel
 from tests.harness.servers import wait_until
+from tests.helpers import held_ttl_ms
 
 
-def queued(backend: Backend, name: str) -> int:
-    return int(backend.client.zcard(backend.keys.lock(name).queue))
+def queued(client: redis.Redis, backend: Backend, name: str) -> int:
+    """How many wait on ``name``, read through ``client`` (the test's unrestricted client: in
+    the ACL mode the library's user may not run ZCARD outside its scripts)."""
+    return int(client.zcard(backend.keys.lock(name).queue))
 
 
-def queue_of(backend: Backend, name: str, count: int) -> Callable[[], bool]:
-    return lambda: queued(backend, name) == count
+def queue_of(client: redis.Redis, backend: Backend, name: str, count: int) -> Callable[[], bool]:
+    return lambda: queued(client, backend, name) == count
+
+
+def ask(backend: Backend, keys: LockKeys, token: str, lease_ms: int, **options: Any) -> object:
+    """One blocking caller's lock_acquire (it queues if not granted), by script."""
+    call = protocol.acquire_call(
+        keys,
+        token,
+        10_000,
+        "{}",
+        queue=True,
+        lease_ms=lease_ms,
+        channel=silent_channel(backend),
+        **options,
+    )
+    return protocol.decode_acquire(backend.run_many([call])[0])
 
 
 def evalsha_calls(client: redis.Redis) -> int:
     return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
-def test_ten_waiters_get_the_lock_in_arrival_order(backend: Backend) -> None:
+def test_ten_waiters_get_the_lock_in_arrival_order(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
     holder = Lock("fifo", client=backend, timeout=10)
     assert holder.acquire()
     order: list[int] = []
@@ -44,15 +67,15 @@ def test_ten_waiters_get_the_lock_in_arrival_order(backend: Backend) -> None:
 
         threads.append(threading.Thread(target=wait_for_it))
         threads[-1].start()
-        wait_until(queue_of(backend, "fifo", index + 1), timeout=5, what="queued")
+        wait_until(queue_of(redis_client, backend, "fifo", index + 1), timeout=5, what="queued")
     holder.release()
     for thread in threads:
         thread.join(timeout=30)
     assert order == list(range(10))
-    assert queued(backend, "fifo") == 0
+    assert queued(redis_client, backend, "fifo") == 0
 
 
-def test_a_release_hands_the_lock_to_a_live_waiter_without_another_round_trip(
+def test_a_release_hands_the_lock_to_a_live_waiter_which_confirms_it_with_one_script(
     make_server,
 ) -> None:
     server = make_server()
@@ -77,12 +100,13 @@ def test_a_release_hands_the_lock_to_a_live_waiter_without_another_round_trip(
     thread.start()
     # The waiter tries, registers for its wake-up, tries again (and queues), then sleeps.
     wait_until(lambda: evalsha_calls(client) - before == 2, timeout=5, what="its two tries")
-    wait_until(queue_of(backend, "baton", 1), timeout=5, what="queued")
+    wait_until(queue_of(client, backend, "baton", 1), timeout=5, what="queued")
     holder.release()
     wait_until(lambda: bool(acquired), timeout=10, what="the waiter to have the lock")
-    # One script more: the holder's release, which handed the lock to the waiter (its process
-    # heard the message: alive, so for the full TTL).
-    assert evalsha_calls(client) - before == 3
+    # Two scripts more: the holder's release, which handed the lock to the waiter for the
+    # confirmation window and woke it, and the waiter's confirmation, whose reply alone makes
+    # it the holder (for its full TTL): no re-check, no polling.
+    assert evalsha_calls(client) - before == 4
     assert acquired[0] is True and holder.fence is None
     info = get_lock("baton", client=backend)
     assert info is not None and (info.holder_id, info.fence) == (acquired[1], acquired[2])
@@ -110,13 +134,15 @@ def test_a_try_never_overtakes_a_queued_waiter_and_a_dead_ones_place_runs_out(
     latecomer.release()
 
 
-def test_a_waiter_that_gives_up_leaves_the_queue(backend: Backend) -> None:
+def test_a_waiter_that_gives_up_leaves_the_queue(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
     holder = Lock("patience", client=backend, timeout=10)
     assert holder.acquire()
     started = time.monotonic()
     assert not Lock("patience", client=backend).acquire(timeout=0.3)
     assert 0.3 <= time.monotonic() - started < 2
-    assert queued(backend, "patience") == 0
+    assert queued(redis_client, backend, "patience") == 0
     holder.release()
     assert not holder.locked()  # nobody was handed the lock
 
@@ -127,7 +153,9 @@ def take_and_release(lock: Lock, timeout: float, results: dict[str, bool], key: 
         lock.release()
 
 
-def test_a_waiter_handed_the_lock_while_giving_up_passes_it_on(backend: Backend) -> None:
+def test_a_waiter_handed_the_lock_while_giving_up_passes_it_on(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
     """The give-up and the hand-over race; whichever comes first, nobody is left holding it."""
     for attempt in range(20):
         holder = Lock("race", client=backend, timeout=10)
@@ -138,13 +166,15 @@ def test_a_waiter_handed_the_lock_while_giving_up_passes_it_on(backend: Backend)
             args=(Lock("race", client=backend, timeout=10), 0.2, results, "quitter"),
         )
         quitter.start()
-        wait_until(queue_of(backend, "race", 1), timeout=5, what="the quitter queued")
+        wait_until(queue_of(redis_client, backend, "race", 1), timeout=5, what="the quitter queued")
         patient = threading.Thread(
             target=take_and_release,
             args=(Lock("race", client=backend, timeout=10), 10, results, "patient"),
         )
         patient.start()
-        wait_until(queue_of(backend, "race", 2), timeout=5, what="the patient one queued")
+        wait_until(
+            queue_of(redis_client, backend, "race", 2), timeout=5, what="the patient one queued"
+        )
         # Release before, about at, or after the quitter's 0.2 s run out: every ordering of
         # the give-up and the hand-over must leave the lock with the patient waiter.
         time.sleep(0.01 * attempt)  # varies where the release falls; not a wait for a state
@@ -152,11 +182,11 @@ def test_a_waiter_handed_the_lock_while_giving_up_passes_it_on(backend: Backend)
         quitter.join(timeout=10)
         patient.join(timeout=10)
         assert results["patient"] is True
-        assert not holder.locked() and queued(backend, "race") == 0
+        assert not holder.locked() and queued(redis_client, backend, "race") == 0
 
 
-def test_a_dead_waiter_handed_the_lock_blocks_only_until_its_ttl_when_shorter_than_the_window(
-    backend: Backend,
+def test_a_hand_over_lasts_the_waiters_ttl_when_shorter_than_the_window(
+    backend: Backend, redis_client: redis.Redis
 ) -> None:
     """The hand-over window is at most the waiter's TTL (tests/core/test_dead_waiters.py:
     a waiter with a long TTL keeps a hand-over for the window)."""
@@ -169,19 +199,22 @@ def test_a_dead_waiter_handed_the_lock_blocks_only_until_its_ttl_when_shorter_th
     )
     backend.client.evalsha(*call.evalsha_args())
     holder.release()  # hands the lock to the dead waiter
+    seconds, micros = redis_client.time()
+    expires = int(redis_client.hget(keys.lock, "expires") or 0)
+    assert redis_client.hget(keys.lock, "token") == b"dead-token"
+    assert 400 < expires - (seconds * 1000 + micros // 1000) <= 500
     successor = Lock("orphan", client=backend, timeout=5)
-    started = time.monotonic()
-    assert successor.acquire(timeout=5)
-    assert 0.3 < time.monotonic() - started < 1.5
-    successor.release()
+    assert not successor.acquire(blocking=False)
 
 
 def test_within_its_slice_the_holder_takes_the_lock_back_then_hands_it_on(
-    backend: Backend,
+    backend: Backend, redis_client: redis.Redis
 ) -> None:
     holder = Lock("slices", client=backend, timeout=10, slice_seconds=1.0, blocking=False)
-    sliced_at = time.monotonic()
     assert holder.acquire()
+    # (After the acquire: the slice's end, read from the server's clock during it, is at most
+    # a second from here; measured before it, a slow first call would end the slice later.)
+    sliced_at = time.monotonic()
     got: list[float] = []
     waiter = threading.Thread(
         target=lambda: got.append(
@@ -189,13 +222,13 @@ def test_within_its_slice_the_holder_takes_the_lock_back_then_hands_it_on(
         )
     )
     waiter.start()
-    wait_until(queue_of(backend, "slices", 1), timeout=5, what="queued")
+    wait_until(queue_of(redis_client, backend, "slices", 1), timeout=5, what="queued")
     retaken = 0
     while (slice_left := 1.0 - (time.monotonic() - sliced_at)) > 0.5:
         holder.release()
         assert holder.acquire(), f"retaking within the slice failed ({slice_left:.3f} s left)"
         retaken += 1
-    assert retaken > 0 and queued(backend, "slices") == 1
+    assert retaken > 0 and queued(redis_client, backend, "slices") == 1
     wait_until(lambda: time.monotonic() - sliced_at > 1.0, timeout=5, what="the slice's end")
     released_at = time.monotonic()
     holder.release()  # after the slice: handed to the waiter
@@ -204,7 +237,9 @@ def test_within_its_slice_the_holder_takes_the_lock_back_then_hands_it_on(
     assert got and got[0] >= released_at
 
 
-def test_a_slice_kept_lock_goes_to_the_waiter_when_the_slice_ends(backend: Backend) -> None:
+def test_a_slice_kept_lock_goes_to_the_waiter_when_the_slice_ends(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
     holder = Lock("kept", client=backend, timeout=10, slice_seconds=0.3)
     assert holder.acquire()
     waiter = Lock("kept", client=backend, timeout=10)
@@ -213,19 +248,159 @@ def test_a_slice_kept_lock_goes_to_the_waiter_when_the_slice_ends(backend: Backe
         target=lambda: result.append(time.monotonic() if waiter.acquire(timeout=10) else -1)
     )
     thread.start()
-    wait_until(queue_of(backend, "kept", 1), timeout=5, what="queued")
+    wait_until(queue_of(redis_client, backend, "kept", 1), timeout=5, what="queued")
     released_at = time.monotonic()
     holder.release()  # within the slice: kept for the holder, which does not come back
     thread.join(timeout=10)
     assert result and 0 < result[0] - released_at < 0.3 + 0.2  # at the slice's end, not later
 
 
-def test_without_slices_every_release_hands_the_lock_on(backend: Backend) -> None:
+def test_without_slices_every_release_hands_the_lock_on(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
     holder = Lock("strict", client=backend, timeout=10, slice_seconds=0, blocking=False)
     assert holder.acquire()
     thread = threading.Thread(target=lambda: Lock("strict", client=backend).acquire(timeout=10))
     thread.start()
-    wait_until(queue_of(backend, "strict", 1), timeout=5, what="queued")
+    wait_until(queue_of(redis_client, backend, "strict", 1), timeout=5, what="queued")
     holder.release()
     assert not holder.acquire()  # already the waiter's
     thread.join(timeout=10)
+
+
+def test_a_token_granted_within_its_sessions_slice_leaves_the_queue(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """A session's queued token (here: queued behind another waiter while a token of the same
+    session held the lock) that takes the lock back within the session's slice leaves the
+    queue: it holds, so it no longer waits, and the waiter behind it is next."""
+    keys = backend.keys.lock("reserved")
+
+    def acquire(token: str, session: str) -> object:
+        return ask(backend, keys, token, 5_000, session=session, slice_ms=5_000)
+
+    assert not isinstance(acquire("held-by-s1", "s1"), Contended)
+    assert isinstance(acquire("waits-s2", "s2"), Contended)
+    second = acquire("waits-s1", "s1")
+    assert isinstance(second, Contended) and second.position == 2
+    release = protocol.release_call(keys, "held-by-s1")
+    assert backend.run_many([release]) == [1]  # within the slice: reserved
+    assert not isinstance(acquire("waits-s1", "s1"), Contended)  # the session takes it back
+    assert redis_client.hget(keys.lock, "token") == b"waits-s1"
+    assert redis_client.zrange(keys.queue, 0, -1) == [b"waits-s2"]
+
+
+def test_a_release_drops_an_expired_place_behind_a_live_head(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """Expired places are dropped wherever they are in the queue, not only at its head: a
+    waiter that queued second and never came back is gone after the next release, while the
+    live first waiter is handed the lock."""
+    keys = backend.keys.lock("behind")
+
+    def queue(token: str, lease_ms: int) -> object:
+        return ask(backend, keys, token, lease_ms)
+
+    assert not isinstance(queue("holder", 5_000), Contended)
+    assert isinstance(queue("live", 10_000), Contended)
+    assert isinstance(queue("dead", 50), Contended)
+    wait_until(lambda: _lease_over(redis_client, keys, "dead"), timeout=5, what="its lease's end")
+    assert backend.run_many([protocol.release_call(keys, "holder")]) == [1]
+    assert redis_client.hget(keys.lock, "token") == b"live"  # handed over
+    assert redis_client.zscore(keys.queue, "dead") is None
+    assert redis_client.zscore(keys.leases, "dead") is None
+    assert not redis_client.hexists(keys.waiters, "dead")
+
+
+def _lease_over(client: redis.Redis, keys: LockKeys, token: str) -> bool:
+    seconds, micros = client.time()
+    lease = client.zscore(keys.leases, token)
+    return lease is not None and lease < seconds * 1000 + micros // 1000
+
+
+#: Reserves the lock for ARGV[1]'s session until the next millisecond (server time), as a
+#: release within a slice that ends then would.
+RESERVE_TO_NEXT_MS = """
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local until_ms = string.format('%.0f', now_ms + 1)
+redis.call('HSET', KEYS[1], 'token', 'gone', 'expires', '0', 'session', ARGV[1],
+    'reserved', until_ms, 'slice_end', until_ms)
+return now_ms
+"""
+
+
+def test_a_session_that_takes_its_lock_back_in_its_slices_last_millisecond_keeps_that_slice(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """Taking a reserved lock back does not start a new slice: the slice goes on to its end,
+    even when one millisecond of it is left."""
+    keys = backend.keys.lock("last-slice-ms")
+    Lock("warm-up", client=backend).acquire(blocking=False)  # the scripts are loaded
+    same_ms = 0
+    for index in range(50):
+        call = protocol.acquire_call(keys, f"t{index}", 10_000, "{}", session="s1", slice_ms=5_000)
+        with redis_client.pipeline(transaction=True) as pipe:
+            pipe.eval(RESERVE_TO_NEXT_MS, 1, keys.lock, "s1")
+            pipe.evalsha(*call.evalsha_args())
+            reserved_at, reply = pipe.execute()
+        granted = protocol.decode_acquire(reply)
+        assert isinstance(granted, Acquired)
+        if granted.server_now_ms == reserved_at:  # one millisecond of the slice was left
+            same_ms += 1
+            assert int(redis_client.hget(keys.lock, "slice_end") or 0) == reserved_at + 1
+        redis_client.delete(keys.lock)
+    assert same_ms >= 5, f"only {same_ms} of 50 tries ran in the reservation's millisecond"
+
+
+def test_a_confirmed_hand_over_keeps_the_key_alive_as_long_as_the_hold(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """A waiter with an hour's TTL is handed the lock for the hand-over window; its
+    confirmation makes the hold last the hour, and the hash must outlive it (and the retention
+    after it): a hash that expired with the window's expiry would free a held lock."""
+    keys = backend.keys.lock("handed-far")
+    holder = Lock("handed-far", client=backend, timeout=10, slice_seconds=0)
+    assert holder.acquire(blocking=False)
+    call = protocol.acquire_call(
+        keys,
+        "far-waiter",
+        3_600_000,
+        "{}",
+        queue=True,
+        lease_ms=10_000,
+        channel=silent_channel(backend),
+    )
+    assert isinstance(protocol.decode_acquire(backend.run_many([call])[0]), Contended)
+    holder.release()  # hands the lock to the waiter for the window
+    assert redis_client.hget(keys.lock, "token") == b"far-waiter"
+    confirmed = protocol.decode_acquire(backend.run_many([call])[0])
+    assert isinstance(confirmed, Acquired) and confirmed.ttl_ms == 3_600_000
+    hold_ms = held_ttl_ms(redis_client, keys.lock) or 0
+    assert hold_ms > 3_590_000
+    assert redis_client.pttl(keys.lock) >= hold_ms
+
+
+@pytest.mark.parametrize(("dead", "handed"), [(31, True), (33, False)])
+def test_a_release_looks_past_up_to_thirty_two_dead_places(
+    backend: Backend, redis_client: redis.Redis, dead: int, handed: bool
+) -> None:
+    """Dead places cost bounded work: a release drops up to LOCK_PRUNE (16) places whose lease
+    ran out at once, then looks at up to 16 more heads of the queue; past that it leaves the
+    lock free (as if nobody waited) and later scripts drop more. A live waiter behind 31 dead
+    places is handed the lock; behind 33, the next script does it."""
+    keys = backend.keys.lock(f"dead-{dead}")
+
+    def queue(token: str, lease_ms: int) -> object:
+        return ask(backend, keys, token, lease_ms)
+
+    holder = Lock(f"dead-{dead}", client=backend, timeout=10, slice_seconds=0)
+    assert holder.acquire(blocking=False)
+    for index in range(dead):
+        assert isinstance(queue(f"dead{index}", 100), Contended)
+    assert isinstance(queue("live", 10_000), Contended)
+    wait_until(lambda: _lease_over(redis_client, keys, f"dead{dead - 1}"), timeout=5, what="leases")
+    holder.release()
+    assert (redis_client.hget(keys.lock, "token") == b"live") is handed
+    if not handed:
+        assert isinstance(queue("live", 10_000), Acquired)  # its next ask finds it first

@@ -14,8 +14,8 @@ import redis
 
 from django_redis_locks import Lock, LockAlreadyHeld, LockNotOwned, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.core.ownership import current_owner, owner_alive, owner_kind
-from django_redis_locks.core.renewal import renewer
+from django_redis_locks.core.runtime.ownership import current_owner, owner_alive, owner_kind
+from django_redis_locks.core.runtime.renewal import renewer
 from tests.harness.servers import wait_until
 
 # How each asyncio wrapper runs the coroutine that aacquire() returned: in a task of its own

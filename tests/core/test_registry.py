@@ -33,11 +33,12 @@ import redis
 
 from django_redis_locks import Lock, LockLost, Semaphore
 from django_redis_locks import inspect as inspect_api
-from django_redis_locks.core import Backend, InvalidArgument, InvalidArgumentType, lock_protocol
-from django_redis_locks.core.holder import holder_metadata, metadata_json, new_token
-from django_redis_locks.core.keys import KeySpace
-from django_redis_locks.core.scripting import load
-from django_redis_locks.inspect import (
+from django_redis_locks.core import Backend, InvalidArgument, InvalidArgumentType
+from django_redis_locks.core.protocol import lock_calls as lock_protocol
+from django_redis_locks.core.protocol.holder import holder_metadata, metadata_json, new_token
+from django_redis_locks.core.protocol.keys import KeySpace
+from django_redis_locks.core.protocol.scripting import load
+from django_redis_locks.inspection import (
     MAX_PAGE_SIZE,
     HolderInfo,
     Page,

@@ -12,7 +12,7 @@ import pytest
 
 from django_redis_locks import Lock, LockLost, LockNotOwned
 from django_redis_locks.core import Backend
-from django_redis_locks.core.renewal import renewer
+from django_redis_locks.core.runtime.renewal import renewer
 from tests.harness.servers import wait_until
 
 

@@ -20,7 +20,7 @@ import redis
 from django_redis_locks import Lock, LockLost, Semaphore
 from django_redis_locks.core import Backend
 from django_redis_locks.core.events import Event, subscribe, unsubscribe
-from django_redis_locks.core.scripting import Call
+from django_redis_locks.core.protocol.scripting import Call
 from tests.harness.servers import RedisCluster
 
 TTL = 1.5

@@ -17,7 +17,7 @@ import redis
 
 from django_redis_locks import Lock, LockLost, Semaphore
 from django_redis_locks.core.events import Event, subscribe, unsubscribe
-from django_redis_locks.inspect import force_release, get_lock
+from django_redis_locks.inspection import force_release, get_lock
 from tests.helpers import Proxied, held_ttl_ms, is_held, proxied_backend
 
 

@@ -7,19 +7,22 @@ import hashlib
 import random
 import re
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 import pytest
 import redis
 
 from django_redis_locks import Lock
-from django_redis_locks.core import Backend, replies, scripting
-from django_redis_locks.core import lock_protocol as protocol
-from django_redis_locks.core.scripting import load, run_many
+from django_redis_locks.core import Backend
+from django_redis_locks.core.protocol import lock_calls as protocol
+from django_redis_locks.core.protocol import replies, scripting
+from django_redis_locks.core.protocol.constants import RECENT_RELEASES
+from django_redis_locks.core.protocol.scripting import load, run_many
 from tests.harness.acl import unrestricted_url
 
 SCRIPTS = sorted(
     path.name.removesuffix(".lua")
-    for path in resources.files("django_redis_locks.core").joinpath("scripts").iterdir()
+    for path in resources.files("django_redis_locks.core.protocol").joinpath("scripts").iterdir()
     if path.name.endswith(".lua")
 )
 # Redis commands whose first argument is a key.
@@ -75,7 +78,9 @@ def test_script_header_names_keys_argv_and_reply(name: str) -> None:
 
 LIBRARIES = sorted(
     path.name.removesuffix(".lua")
-    for path in resources.files("django_redis_locks.core").joinpath("scripts", "lib").iterdir()
+    for path in resources.files("django_redis_locks.core.protocol")
+    .joinpath("scripts", "lib")
+    .iterdir()
     if path.name.endswith(".lua")
 )
 
@@ -85,7 +90,11 @@ def _code(source: str) -> str:
 
 
 def _raw(*parts: str) -> str:
-    return resources.files("django_redis_locks.core").joinpath("scripts", *parts).read_text()
+    return _package_dir(*parts).read_text()
+
+
+def _package_dir(*parts: str) -> Traversable:
+    return resources.files("django_redis_locks.core.protocol").joinpath("scripts", *parts)
 
 
 def _library_functions() -> dict[str, list[str]]:
@@ -144,7 +153,13 @@ def test_each_script_is_read_from_the_package_once(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(scripting, "_CACHE", {})
     first = load("lock_acquire")
     assert load("lock_acquire") is first
-    assert sorted(reads) == [("lib", "lock.lua"), ("lib", "registry.lua"), ("lock_acquire.lua",)]
+    # The first load reads every script, and each library once (so that a later call, a
+    # release, never reads a file: see test_interruptions.py).
+    libraries = sorted(("lib", p.name) for p in _package_dir("lib").iterdir())
+    scripts = sorted((p.name,) for p in _package_dir().iterdir() if p.name.endswith(".lua"))
+    assert sorted(reads) == libraries + scripts
+    reads.clear()
+    assert load("lock_release") is load("lock_release") and not reads
     assert "\n-- @include" not in first.source and "local function lock_grant" in first.source
     assert first.sha == hashlib.sha1(first.source.encode(), usedforsecurity=False).hexdigest()
 
@@ -206,11 +221,11 @@ def test_script_flush_is_transparent_for_asyncio(redis_server, namespace: str) -
 
 def _gone_with_model(entries: list[str], hid: str, entry: str) -> list[str]:
     """What lib/gone's list of recent releases becomes: the new entry first, an older entry of
-    the same hold dropped, at most 16 entries."""
-    return ([entry] + [old for old in entries if old[1:17] != hid])[:16]
+    the same hold dropped, at most RECENT_RELEASES entries."""
+    return ([entry] + [old for old in entries if old[1:17] != hid])[:RECENT_RELEASES]
 
 
-def test_the_list_of_recent_releases_keeps_the_newest_16_and_one_entry_per_hold(
+def test_the_list_of_recent_releases_keeps_the_newest_and_one_entry_per_hold(
     redis_client,
 ) -> None:
     """lib/gone's gone_with, on lists of every length (its fast path when the hold has no

@@ -25,12 +25,12 @@ from django_redis_locks import (
     SemaphoreLimitMismatch,
 )
 from django_redis_locks.core import Backend
-from django_redis_locks.core import semaphore_protocol as protocol
-from django_redis_locks.core.holder import holder_id
-from django_redis_locks.core.lock_protocol import HANDOVER_WINDOW_MS
-from django_redis_locks.core.replies import Acquired, Contended
+from django_redis_locks.core.protocol import semaphore_calls as protocol
+from django_redis_locks.core.protocol.holder import holder_id
+from django_redis_locks.core.protocol.lock_calls import HANDOVER_WINDOW_MS
+from django_redis_locks.core.protocol.replies import Acquired, Contended
 from django_redis_locks.core.semaphore import MAX_LIMIT
-from django_redis_locks.inspect import SemaphoreInfo, get_semaphore
+from django_redis_locks.inspection import SemaphoreInfo, get_semaphore
 from tests.harness.acl import silent_channel
 from tests.harness.servers import wait_until
 
@@ -56,6 +56,19 @@ def waiting(backend: Backend, name: str) -> int:
 
 def queued(backend: Backend, name: str, count: int) -> Callable[[], bool]:
     return lambda: waiting(backend, name) == count
+
+
+def queue_raw_waiter(backend: Backend, name: str, token: str) -> int:
+    """Queue ``token`` for a slot of ``name`` (limit 1, a 2 s TTL, its place leased 5 s) with
+    one raw script call, as a blocking waiter that then sleeps until told (nobody listens on
+    its channel); returns its place in the queue."""
+    keys = backend.keys.semaphore(name)
+    call = protocol.acquire_call(
+        keys, token, 1, 2_000, "{}", queue=True, lease_ms=5_000, channel=silent_channel(backend)
+    )
+    reply = protocol.decode_acquire(backend.client.evalsha(*call.evalsha_args()))
+    assert isinstance(reply, Contended)
+    return reply.position
 
 
 def evalsha_calls(client: redis.Redis) -> int:
@@ -169,22 +182,10 @@ def test_ten_waiters_are_admitted_in_arrival_order(backend: Backend) -> None:
 def test_a_release_hands_the_slot_to_the_queued_waiter_not_to_a_latecomer(
     backend: Backend,
 ) -> None:
-    keys = backend.keys.semaphore("overtake")
     holder = Semaphore("overtake", 1, client=backend, timeout=10)
     assert holder.acquire()
     # A waiter that queued (its place lasts 5 s) and sleeps until told.
-    queued = protocol.acquire_call(
-        keys,
-        "queued-token",
-        1,
-        2_000,
-        "{}",
-        queue=True,
-        lease_ms=5_000,
-        channel=silent_channel(backend),
-    )
-    reply = protocol.decode_acquire(backend.client.evalsha(*queued.evalsha_args()))
-    assert isinstance(reply, Contended) and reply.position == 1
+    assert queue_raw_waiter(backend, "overtake", "queued-token") == 1
     holder.release()  # admits the queued waiter there and then
     latecomer = Semaphore("overtake", 1, client=backend, timeout=10, blocking=False)
     assert not latecomer.acquire()
@@ -193,6 +194,32 @@ def test_a_release_hands_the_slot_to_the_queued_waiter_not_to_a_latecomer(
     # Admitted for the confirmation window only (the waiter asked for 2 s): a waiter that
     # died while queued keeps the slot no longer; a live one confirms it when woken.
     assert 0.5 < admitted.ttl <= HANDOVER_WINDOW_MS / 1000
+
+
+def test_a_try_that_admits_the_queued_waiter_gives_the_holders_key_an_expiry(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """Every path of sem_acquire that writes ends in semaphore_keep, an admission too. Here
+    the holders key is gone (as a server that evicts keys may drop it): no expired holder is
+    left to drop, and a try that finds the slot free admits the queued waiter, which makes
+    the key anew (a ZADD makes it without an expiry): the try must give it one."""
+    keys = backend.keys.semaphore("evicted")
+    holder = Semaphore("evicted", 1, client=backend, timeout=10)
+    assert holder.acquire()
+    assert queue_raw_waiter(backend, "evicted", "queued-token") == 1
+    assert redis_client.delete(keys.holders) == 1  # evicted: the slot is free, unannounced
+    latecomer = Semaphore("evicted", 1, client=backend, timeout=10, blocking=False)
+    assert not latecomer.acquire()  # the free slot goes to the queued waiter
+    [admitted] = latecomer.holders()
+    assert admitted.holder_id == holder_id("queued-token")
+    ends = redis_client.zscore(keys.holders, "queued-token")
+    assert ends is not None
+    for key in keys.state:  # -1: a key with no expiry, left for ever if nobody comes back
+        assert redis_client.pttl(key) > 0, key
+    listed = redis_client.zscore(keys.registry.expiry, keys.member)
+    assert listed is not None and listed >= ends  # the registry lists it while it holds
+    with pytest.raises(LockLost):  # its slot went with the key
+        holder.release()
 
 
 def test_a_queued_waiter_that_does_not_come_back_loses_its_place(backend: Backend) -> None:
@@ -323,6 +350,42 @@ def test_refresh_restores_the_full_ttl(backend: Backend, redis_client) -> None:
     assert redis_client.zscore(keys.holders, token_of(semaphore)) > first_expiry
     assert semaphore.ensure_held() > 1.8
     semaphore.release()
+
+
+#: Ends a semaphore holder's slot now: its expiry set to the server's current millisecond.
+END_NOW = """
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], 'XX', now_ms, ARGV[1])
+return now_ms
+"""
+
+
+def test_a_refresh_in_the_millisecond_a_slot_ends_does_not_revive_it(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """A holder counts while its expiry is in the future: a refresh that runs in the very
+    millisecond its TTL ends finds no slot (reply 0, nothing written). Its end is set to the
+    server's clock and the refresh runs right after that in one MULTI, most tries in the same
+    millisecond; a refresh a millisecond later must fail too, so every try must."""
+    keys = backend.keys.semaphore("last-ms")
+    other = Semaphore("last-ms", 2, client=backend, timeout=10)
+    assert other.acquire() and other.refresh() == 10  # both scripts loaded
+    for index in range(20):
+        token = f"ending-{index}"
+        grant = protocol.acquire_call(keys, token, 2, 10_000, "{}", queue=False, lease_ms=0)
+        assert isinstance(
+            protocol.decode_acquire(backend.client.evalsha(*grant.evalsha_args())), Acquired
+        )
+        refresh = protocol.refresh_call(keys, token, 10_000)
+        with redis_client.pipeline(transaction=True) as pipe:
+            pipe.eval(END_NOW, 1, keys.holders, token)
+            pipe.evalsha(*refresh.evalsha_args())
+            ended_at, reply = pipe.execute()
+        assert reply == [0], f"try {index}: slot ended at {ended_at} ms, refresh replied {reply}"
+        assert redis_client.zscore(keys.holders, token) in (None, ended_at)
+    assert other.count() == 1
+    other.release()
 
 
 def test_auto_renew_keeps_a_slot_past_its_ttl(backend: Backend) -> None:
@@ -473,7 +536,7 @@ def test_cancelled_async_waiter_leaves_the_queue(redis_server, namespace: str) -
     run_async(redis_server, namespace, scenario)
 
 
-def test_a_release_admits_a_live_waiter_without_another_round_trip(make_server) -> None:
+def test_a_release_admits_a_live_waiter_which_confirms_it_with_one_script(make_server) -> None:
     server = make_server()
     client = server.client(socket_timeout=5)
     backend = Backend(client, namespace="handover")
@@ -499,9 +562,90 @@ def test_a_release_admits_a_live_waiter_without_another_round_trip(make_server) 
     tries = evalsha_calls(client) - before
     holder.release()
     wait_until(lambda: bool(admitted), timeout=10, what="the waiter to have the slot")
-    assert evalsha_calls(client) - before == tries + 1  # the release only
+    # The release, which admitted the waiter for the confirmation window and woke it, and
+    # the waiter's confirmation, whose reply alone makes it a holder: no re-check, no polling.
+    assert evalsha_calls(client) - before == tries + 2
     assert admitted[0] is True
     assert [h.holder_id for h in holder.holders()] == [admitted[1]]
     done.set()
     thread.join(timeout=10)
     client.close()
+
+
+@pytest.mark.parametrize(("dead", "left"), [(60, 0), (65, 1)])
+def test_a_script_drops_up_to_sixty_four_dead_places(
+    backend: Backend, redis_client: redis.Redis, dead: int, left: int
+) -> None:
+    """Waiters whose lease ran out cost bounded work: one script drops up to SEMAPHORE_PRUNE
+    (32) of them by lease, and its admission pass up to 32 more on its way through the queue;
+    past that it leaves the rest to later scripts (and a newcomer waits for them). 60 dead
+    places: a newcomer's try drops them all and takes the free slot; 65: one is left, and the
+    next try drops it."""
+    keys = backend.keys.semaphore(f"dead-{dead}")
+    channel = silent_channel(backend)
+
+    def acquire(token: str, *, queue: bool, lease_ms: int = 0, ttl_ms: int = 10_000) -> object:
+        call = protocol.acquire_call(
+            keys, token, 1, ttl_ms, "{}", queue=queue, lease_ms=lease_ms, channel=channel
+        )
+        return protocol.decode_acquire(backend.run_many([call])[0])
+
+    assert isinstance(acquire("holder", queue=False, ttl_ms=300), Acquired)
+    for index in range(dead):
+        assert isinstance(acquire(f"w{index}", queue=True, lease_ms=100), Contended)
+    seconds, micros = redis_client.time()
+    ends = int(seconds) * 1000 + int(micros) // 1000 + 300
+    wait_until(lambda: server_ms(redis_client) > ends, timeout=5, what="the hold's and leases' end")
+    reply = acquire("newcomer", queue=False)
+    assert redis_client.zcard(keys.queue) == left
+    if left:
+        assert isinstance(reply, Contended)  # a dead place is still ahead of it
+        reply = acquire("newcomer", queue=False)
+        assert redis_client.zcard(keys.queue) == 0
+    assert isinstance(reply, Acquired)
+
+
+def server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+WRITES = ("pexpire", "zadd", "zrem", "hset", "hdel", "del", "publish")
+
+
+def write_calls(client: redis.Redis) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in WRITES}
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+def test_a_refused_acquire_runs_no_write_command(make_server, waiting: bool) -> None:
+    """An acquire refused for its limit ({-1, stored limit}) or a try refused while the slots
+    are full writes nothing, as the script's header says: not even an expiry set again to the
+    value it had (each write goes to replicas and the append-only file). Counted from the
+    server's command statistics, which count the commands scripts call."""
+    server = make_server()
+    with server.client(socket_timeout=5) as client:
+        backend = Backend(client, namespace="refused")
+        holder = Semaphore("full", 1, client=backend, timeout=30)
+        assert holder.acquire()
+        if waiting:
+            keys = backend.keys.semaphore("full")
+            call = protocol.acquire_call(
+                keys,
+                "waiter",
+                1,
+                30_000,
+                "{}",
+                queue=True,
+                lease_ms=30_000,
+                channel=silent_channel(backend),
+            )
+            assert isinstance(protocol.decode_acquire(backend.run_many([call])[0]), Contended)
+        before = write_calls(client)
+        with pytest.raises(SemaphoreLimitMismatch):
+            Semaphore("full", 2, client=backend, timeout=30).acquire(blocking=False)
+        assert not Semaphore("full", 1, client=backend, timeout=30).acquire(blocking=False)
+        assert write_calls(client) == before
+        holder.release()
+        backend.close()

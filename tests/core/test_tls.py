@@ -20,7 +20,7 @@ import trustme
 
 from django_redis_locks import Lock, LockBackendError, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.core.clients import bounded_client, derive_async, derive_sync
+from django_redis_locks.core.connection.clients import bounded_client, derive_async, derive_sync
 from django_redis_locks.core.errors import LockConfigurationError
 from tests.harness.servers import HarnessError, TlsFiles, probe_binary
 from tests.helpers import seconds_to_wake_a_waiter

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from django_redis_locks import Lock, LockBackendError, Semaphore
-from django_redis_locks.core import Backend, driver
+from django_redis_locks.core import Backend
+from django_redis_locks.core.runtime import driver
 from tests.harness.servers import RedisCluster, wait_until
 from tests.helpers import Proxied, is_held, proxied_backend
 

@@ -9,7 +9,7 @@ import pytest
 
 from django_redis_locks import InvalidArgument, InvalidArgumentType, Lock, LockError
 from django_redis_locks.core import Backend
-from django_redis_locks.core.keys import BUCKETS, KeySpace
+from django_redis_locks.core.protocol.keys import BUCKETS, KeySpace
 from django_redis_locks.core.validation import MAX_NAME_BYTES
 
 BAD_NAMES = [

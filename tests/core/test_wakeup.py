@@ -124,7 +124,7 @@ def listener_warnings(caplog: pytest.LogCaptureFixture, text: str, namespace: st
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "django_redis_locks.core.wakeup"
+        if r.name == "django_redis_locks.core.runtime.wakeup"
         and r.levelno == logging.WARNING
         and text in r.getMessage()
         and f"{namespace}:wake:" in r.getMessage()
@@ -155,7 +155,7 @@ def test_a_refused_subscribe_is_logged_once_at_warning_and_retried(
         assert holder.acquire()
         waiter = Lock("gate", client=backend, timeout=10)
         result: list[bool] = []
-        caplog.set_level(logging.WARNING, "django_redis_locks.core.wakeup")
+        caplog.set_level(logging.WARNING, "django_redis_locks.core.runtime.wakeup")
 
         def wait_for_it() -> None:
             result.append(waiter.acquire(timeout=5))
@@ -212,7 +212,7 @@ def test_a_message_that_cannot_be_passed_on_is_reported_and_the_waiter_rechecks(
         broken.set()
         raise RuntimeError("a bug in the listener")
 
-    caplog.set_level(logging.WARNING, "django_redis_locks.core.wakeup")
+    caplog.set_level(logging.WARNING, "django_redis_locks.core.runtime.wakeup")
     monkeypatch.setattr(hub, "_wake", wake_badly)
     assert holder.acquire()
     result: list[bool] = []
@@ -236,7 +236,7 @@ def test_a_listener_thread_that_died_is_reported_and_started_again(
 ) -> None:
     """asyncio waiters are read for by a listener thread; one that died (a bug) is reported,
     its waiters fall back to re-checks, and the next asyncio waiter starts a new one."""
-    caplog.set_level(logging.WARNING, "django_redis_locks.core.wakeup")
+    caplog.set_level(logging.WARNING, "django_redis_locks.core.runtime.wakeup")
 
     async def scenario() -> float:
         client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from django_redis_locks.core import Backend, HolderInfo, Lock
-from django_redis_locks.inspect import get_lock
+from django_redis_locks.inspection import get_lock
 from tests.deploy.processes import DeployError, Service, wait_for
 
 

@@ -72,7 +72,7 @@ async def acharge(request: HttpRequest, order_id: int) -> HttpResponse:
 
 @redis_lock("report:{request.user.pk}", timeout=10)
 def report(request: HttpRequest) -> HttpResponse:
-    from django_redis_locks.inspect import list_locks
+    from django_redis_locks.inspection import list_locks
 
     probe.names.extend(hold.name for hold in list_locks("report:").items)
     return HttpResponse("report")
@@ -81,7 +81,7 @@ def report(request: HttpRequest) -> HttpResponse:
 @method_decorator(redis_lock("item:{pk}", timeout=10), name="get")
 class ItemView(View):
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
-        from django_redis_locks.inspect import get_lock
+        from django_redis_locks.inspection import get_lock
 
         hold = get_lock(f"item:{pk}")
         probe.names.append("" if hold is None else f"{hold.name} {hold.label}")
@@ -97,7 +97,7 @@ class AsyncItemView(View):
 # The examples of docs/reference.md, sync and async: the lock name each call runs under is
 # recorded (from Redis, during the call) in probe.names.
 def _held_now(prefix: str) -> str:
-    from django_redis_locks.inspect import list_locks
+    from django_redis_locks.inspection import list_locks
 
     return ",".join(hold.name for hold in list_locks(prefix).items)
 

@@ -21,7 +21,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_redis_locks import Lock, LockLost, Semaphore
-from django_redis_locks.inspect import get_lock, get_semaphore
+from django_redis_locks.inspection import get_lock, get_semaphore
 from django_redis_locks.management.commands.redis_locks import operator
 from django_redis_locks.management.listing_output import COLUMNS
 from django_redis_locks.signals import hold_force_released

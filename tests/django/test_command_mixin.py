@@ -22,7 +22,7 @@ from django.test import override_settings
 
 from django_redis_locks import Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.inspect import force_release, get_semaphore
+from django_redis_locks.inspection import force_release, get_semaphore
 from django_redis_locks.signals import hold_released
 from tests.harness.servers import wait_until
 from tests.testapp.runner import (

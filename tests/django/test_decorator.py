@@ -22,8 +22,8 @@ from django_redis_locks import (
     LockNotAcquired,
     redis_lock,
 )
-from django_redis_locks.inspect import get_lock
-from django_redis_locks.lock_names import MAX_VALUE_CHARS, encode_value
+from django_redis_locks.decorators.names import MAX_VALUE_CHARS, encode_value
+from django_redis_locks.inspection import get_lock
 from django_redis_locks.signals import hold_acquired, hold_contended, hold_lost, hold_released
 from tests.django import decorated_tasks, decorated_views
 from tests.harness.servers import wait_until

@@ -26,8 +26,8 @@ from django_redis_locks import (
     redis_lock,
 )
 from django_redis_locks.core.validation import MAX_NAME_BYTES
-from django_redis_locks.inspect import get_lock
-from django_redis_locks.lock_names import bounded_name
+from django_redis_locks.decorators.names import bounded_name
+from django_redis_locks.inspection import get_lock
 from tests.django import decorated_tasks, decorated_views
 from tests.django.decorated_tasks import TaskContext
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from django_redis_locks import Lock, LockLost, Semaphore
-from django_redis_locks.inspect import force_release
+from django_redis_locks.inspection import force_release
 from django_redis_locks.signals import (
     hold_acquired,
     hold_contended,

@@ -4,7 +4,9 @@ The library needs, on keys under its namespace and on its wake-up channel only:
 
 - from the client: ``EVALSHA`` (every operation), ``SCRIPT LOAD`` (after a ``NOSCRIPT``),
   ``SUBSCRIBE`` (the wake-up listener), ``PING`` (redis-py's health checks, when
-  ``health_check_interval`` is set), ``WAIT`` and ``ROLE`` (``wait_for_replicas``);
+  ``health_check_interval`` is set), ``WAIT`` and ``ROLE`` (``wait_for_replicas``), and
+  ``TIME`` once per process and server (the clock acquire deadlines are counted in; granted
+  with the script commands, which call it too);
 - inside its scripts (Redis 7 checks script calls against the ACL too): the commands listed in
   :data:`SCRIPT_COMMANDS`, read from ``redis.call`` in ``scripts/*.lua`` and ``scripts/lib``.
 
@@ -58,7 +60,6 @@ SCRIPT_COMMANDS = (
     "pexpire",
     "pttl",
     "zadd",
-    "zcard",
     "zcount",
     "zrange",
     "zrangebylex",

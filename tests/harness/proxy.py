@@ -6,6 +6,10 @@ threads. Commands always reach the server. Replies (server to client) are forwar
 out), delayed (``delay_replies``: each chunk is held back for a while) or cut once
 (``cut_next_reply``: the next reply is dropped and its connection closed, as by a network
 fault; the client sees a broken connection, and redis-py resends the command on a new one).
+``withhold_next_request(containing)`` keeps the next request that contains those bytes from
+the server and closes its connection (the client resends it on a new one);
+``deliver_withheld()`` sends it to the server later, on a connection of its own, as TCP
+delivers a closed socket's unsent data, or a proxy or a paused server reads a request late.
 ``partition()`` also refuses new connections and stalls every open one until it ends.
 toxiproxy and tc netem are not available here; this is the small part of them the tests need.
 """
@@ -45,6 +49,8 @@ class ReplyProxy:
         self.severed = 0  # partitions that began as a reply was on its way
         self._partitioned = False
         self._sever_on = b""
+        self._withhold = b""  # the next request containing this is withheld ("": none)
+        self.withheld: list[bytes] = []
         self._healed = threading.Event()
         self._healed.set()
 
@@ -125,6 +131,20 @@ class ReplyProxy:
                 self._mode = "forward"
                 self._healed.set()
 
+    def withhold_next_request(self, containing: bytes) -> None:
+        """Keep the next request (a chunk from a client) that contains ``containing`` from the
+        server, and close its connection, once (see :meth:`deliver_withheld`)."""
+        with self._mutex:
+            self._withhold = containing
+
+    def deliver_withheld(self, timeout: float = 5.0) -> bytes:
+        """Send the oldest withheld request to the server on a new connection; its reply."""
+        with self._mutex:
+            data = self.withheld.pop(0)
+        with socket.create_connection(self.upstream, timeout=timeout) as server:
+            server.sendall(data)
+            return server.recv(_CHUNK)
+
     def delay_replies(self, seconds: float) -> None:
         """Hold back every reply chunk for ``seconds`` before passing it on."""
         self._set("delay", seconds)
@@ -191,6 +211,14 @@ class ReplyProxy:
                     with self._mutex:
                         self.dropped_bytes += len(data)
                     continue
+                if not replies:
+                    with self._mutex:
+                        withhold = bool(self._withhold) and self._withhold in data
+                        if withhold:
+                            self._withhold = b""
+                            self.withheld.append(data)
+                    if withhold:
+                        break  # (the pair is closed: the client sees its connection broken)
                 if replies:
                     with self._mutex:
                         mode, delay = self._mode, self._delay

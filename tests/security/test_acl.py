@@ -29,7 +29,7 @@ from redis.exceptions import NoPermissionError
 
 from django_redis_locks import Lock, LockBackendError, LockLost, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.inspect import force_release, get_lock, list_locks, list_semaphores
+from django_redis_locks.inspection import force_release, get_lock, list_locks, list_semaphores
 from tests.harness.acl import (
     CLIENT_COMMANDS,
     CLUSTER_COMMANDS,
@@ -78,7 +78,7 @@ def test_the_documented_rule_is_the_one_the_harness_grants() -> None:
 
 
 def test_the_rule_grants_every_command_the_scripts_call_and_no_other() -> None:
-    scripts = resources.files("django_redis_locks.core").joinpath("scripts")
+    scripts = resources.files("django_redis_locks.core.protocol").joinpath("scripts")
     sources = [f.read_text() for f in scripts.iterdir() if f.name.endswith(".lua")]
     sources += [f.read_text() for f in scripts.joinpath("lib").iterdir()]
     called = {m.lower() for s in sources for m in re.findall(r"redis\.p?call\('(\w+)'", s)}

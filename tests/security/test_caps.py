@@ -17,9 +17,9 @@ from django.core.management import load_command_class
 
 from django_redis_locks import InvalidArgument, Lock, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.core.holder import MAX_METADATA_BYTES
+from django_redis_locks.core.protocol.holder import MAX_METADATA_BYTES
 from django_redis_locks.core.validation import MAX_TTL_SECONDS
-from django_redis_locks.inspect import get_semaphore
+from django_redis_locks.inspection import get_semaphore
 
 YEAR_MS = int(MAX_TTL_SECONDS * 1000)
 

@@ -43,9 +43,9 @@ from django_redis_locks import (
     redis_lock,
 )
 from django_redis_locks import signals as drl_signals
-from django_redis_locks.core import holder as holder_module
 from django_redis_locks.core import primitive as primitive_module
-from django_redis_locks.inspect import force_release, list_semaphores
+from django_redis_locks.core.protocol import holder as holder_module
+from django_redis_locks.inspection import force_release, list_semaphores
 from tests.harness.servers import RedisServer, wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.django.admin_urls")]

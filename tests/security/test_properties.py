@@ -31,13 +31,14 @@ from hypothesis import strategies as st
 
 from django_redis_locks import InvalidArgument, InvalidArgumentType, Lock, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.core.holder import (
+from django_redis_locks.core.protocol.holder import (
     MAX_METADATA_BYTES,
     check_holder_id,
     holder_metadata,
     metadata_json,
 )
-from django_redis_locks.core.keys import BUCKETS, KeySpace
+from django_redis_locks.core.protocol.keys import BUCKETS, KeySpace
+from django_redis_locks.core.protocol.wake_messages import split_message
 from django_redis_locks.core.registry import MAX_PAGE_SIZE, _check_count, _decode_cursor
 from django_redis_locks.core.semaphore import MAX_LIMIT
 from django_redis_locks.core.validation import (
@@ -52,8 +53,7 @@ from django_redis_locks.core.validation import (
     check_wait,
     to_millis,
 )
-from django_redis_locks.core.wake_messages import split_message
-from django_redis_locks.lock_names import MAX_VALUE_CHARS, Namer, Unbindable, encode_value
+from django_redis_locks.decorators.names import MAX_VALUE_CHARS, Namer, encode_value
 
 #: The longest kind word with its separators: ``<ns>:{255}:lockq:`` is namespace + 13.
 _FIXED_PART = len(":{255}:lockq:")
@@ -374,7 +374,7 @@ def _charge(request: object, order_id: object, page: object = 1) -> None:
 def test_a_template_names_distinct_calls_distinctly_within_the_name_limit(
     first: object, page: object, second: object, other_page: object
 ) -> None:
-    namer = Namer("order:{order_id}:page:{page}", inspect.signature(_charge), "_charge")
+    namer = Namer("order:{order_id}:page:{page}", [inspect.signature(_charge)], "_charge")
     name = namer.name((None, first, page), {})
     other = namer.name((None, second, other_page), {})
     check_name(name)
@@ -416,7 +416,7 @@ def _general_name(namer: Namer, args: tuple[Any, ...], kwargs: dict[str, Any]) -
 def test_the_compiled_template_names_every_call_as_the_general_path_does(
     order_id: object, page: object, how: str
 ) -> None:
-    namer = Namer("order:{order_id}:page:{page}", inspect.signature(_charge), "_charge")
+    namer = Namer("order:{order_id}:page:{page}", [inspect.signature(_charge)], "_charge")
     assert namer._compiled is not None  # plain parameter names: compiled
     args: tuple[Any, ...] = (None, order_id, page)
     kwargs: dict[str, Any] = {}
@@ -436,9 +436,9 @@ def test_the_compiled_template_names_every_call_as_the_general_path_does(
         ((None, 1), {"nope": 2}),  # no such parameter
     ],
 )
-def test_a_call_whose_arguments_do_not_fit_is_unbindable_on_the_compiled_path_too(
+def test_a_call_whose_arguments_do_not_fit_is_refused_on_the_compiled_path_too(
     args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
-    namer = Namer("order:{order_id}:page:{page}", inspect.signature(_charge), "_charge")
-    with pytest.raises(Unbindable):
+    namer = Namer("order:{order_id}:page:{page}", [inspect.signature(_charge)], "_charge")
+    with pytest.raises(InvalidArgumentType, match="was not run"):
         namer.name(args, kwargs)

@@ -25,7 +25,7 @@ import redis
 
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
-from django_redis_locks.core.libraries import node_client
+from django_redis_locks.core.connection.libraries import node_client
 from tests.harness.plugin import MakeCluster
 from tests.harness.servers import RedisServer, connected_clients, probe_client, wait_until
 

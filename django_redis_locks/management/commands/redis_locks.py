@@ -7,7 +7,7 @@
     manage.py redis_locks release NAME [--holder ID] [--kind lock|semaphore] [--yes] [--json]
 
 Each takes ``--using ALIAS`` (default: the configured ``CACHE_ALIAS``). Built on
-:mod:`django_redis_locks.inspect`; holds are named by their holder ids, never by tokens.
+:mod:`django_redis_locks.inspection`; holds are named by their holder ids, never by tokens.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redis_locks.core.errors import LockError
-from django_redis_locks.core.holder import HOLDER_ID_LENGTH
-from django_redis_locks.inspect import (
+from django_redis_locks.core.protocol.holder import HOLDER_ID_LENGTH
+from django_redis_locks.inspection import (
     HolderInfo,
     Page,
     SemaphoreInfo,

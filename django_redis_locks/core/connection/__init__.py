@@ -1,0 +1,1 @@
+"""How the core reaches Redis: the Backend, the clients it builds, the client libraries."""

@@ -1,0 +1,121 @@
+"""The Python side of each lock script: build the call, decode the reply. Pure, no I/O.
+
+Sync and async code paths share these functions, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .constants import HANDOVER_WINDOW_MS, WAITER_LEASE_MS
+from .keys import LockKeys
+from .replies import Acquired, Contended, TooLate, decode_acquired, decode_too_late, text
+from .scripting import Call, load
+
+__all__ = [
+    "HANDOVER_WINDOW_MS",
+    "WAITER_LEASE_MS",
+    "LockState",
+    "acquire_call",
+    "decode_acquire",
+    "decode_state",
+    "extend_call",
+    "release_call",
+    "state_call",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LockState:
+    held: bool
+    owned: bool
+    ttl_ms: int | None
+    fence: int | None
+
+
+def acquire_call(
+    keys: LockKeys,
+    token: str,
+    ttl_ms: int,
+    metadata: str,
+    *,
+    queue: bool = False,
+    lease_ms: int = 0,
+    session: str = "-",
+    slice_ms: int = 0,
+    channel: str = "-",
+    deadline_ms: int = 0,
+) -> Call:
+    """Take the lock; with ``queue`` a caller that does not get it takes a place in the queue,
+    held for ``lease_ms``; a release then hands it the lock for a moment, which its next
+    attempt confirms.
+    ``session`` (no spaces) names the asking thread or task for slices of ``slice_ms``;
+    ``channel`` is the asking process's wake-up channel. ``deadline_ms`` (server time) is
+    when the request stops being valid: a copy that reaches Redis later writes nothing (see
+    :mod:`..runtime.deadlines`); 0 for none (the library always sends one)."""
+    return Call(
+        load("lock_acquire"),
+        keys.all,
+        (
+            token,
+            ttl_ms,
+            metadata,
+            "queue" if queue else "try",
+            lease_ms,
+            session,
+            slice_ms,
+            channel,
+            deadline_ms,
+        ),
+    )
+
+
+def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | TooLate:
+    if int(reply[0]) == 1:
+        return decode_acquired(reply)
+    late = decode_too_late(reply)
+    if late is not None:
+        return late
+    return Contended(
+        holder_ttl_ms=int(reply[1]),
+        position=int(reply[2]),
+        server_now_ms=int(reply[3]),
+        estimate_ms=int(reply[4]),
+    )
+
+
+def release_call(keys: LockKeys, token: str, *, forced: bool = False) -> Call:
+    """Release by the holder's ``token`` (a waiter's token: leave the queue); with ``forced``
+    the token is a holder id, and the call gets an id of its own, recognised if resent."""
+    return Call(
+        load("lock_release"),
+        keys.all,
+        (token, "holder" if forced else "token", secrets.token_hex(4) if forced else "-"),
+    )
+
+
+def extend_call(
+    keys: LockKeys, token: str, ms: int, mode: str, cap_ms: int, *, seq: int = 0
+) -> Call:
+    """``mode``: "add" (remaining + ms), "set" (exactly ms) or "max" (at least ms). ``seq``
+    numbers the hold's extends (1, 2, ...) so that a resent one counts once; 0 for renewals."""
+    return Call(
+        load("lock_extend"),
+        (keys.lock, keys.registry.names, keys.registry.expiry),
+        (token, ms, mode, cap_ms, seq),
+    )
+
+
+def state_call(keys: LockKeys, token: str | None) -> Call:
+    return Call(load("lock_state"), (keys.lock,), (token or "",))
+
+
+def decode_state(reply: Sequence[Any]) -> LockState:
+    if int(reply[0]) == 0:
+        return LockState(held=False, owned=False, ttl_ms=None, fence=None)
+    return LockState(
+        held=True, owned=int(reply[1]) == 1, ttl_ms=int(reply[2]), fence=int(text(reply[3]))
+    )

@@ -1,0 +1,140 @@
+-- lib/lock: shared steps of the lock scripts (``-- @include lock``). Every function takes its
+-- keys as arguments, and the including script passes KEYS entries.
+--
+-- lock_key     HASH  token, fence, acquired, expires (ms, server time), meta; session,
+--                    slice_end: whose slice is running and until when; reserved: until when a
+--                    lock released during its holder's slice stays kept for that holder's
+--                    session; told: the slice_end the first waiter was told about; xseq: the
+--                    last extend applied to the current hold; gone: recent releases (see
+--                    lib/gone); avg: how long holds last (ms, a moving average), for
+--                    waiters' estimates. A release that leaves the lock free keeps only fence,
+--                    gone and avg, for RETENTION_MS (constants.py): a released name costs
+--                    little, and its fence and recent releases outlive the hold.
+-- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
+-- waiters_key  HASH  token -> "<ttl ms> <session> <slice ms> <wake-up channel> <metadata JSON>"
+--                    (lock_waiter reads it); the channel is the waiting process's own, so
+--                    that a wake-up reaches that process only
+-- leases_key   ZSET  token -> expiry (ms) of each waiter's place: a waiter that stops asking
+--                    loses it, and dead places are dropped a bounded number at a time
+--
+-- A hold is live while its token is set and ``expires`` is in the future (server time).
+--
+-- Slices: the holder that got the lock may take it back, again and again, until its slice
+-- (a few ms from that grant) ends, even while others wait; then its release hands the lock to
+-- the first waiter. This keeps a lock busy under contention instead of paying a wake-up of
+-- another process on every acquire, while no waiter waits more than a slice per holder ahead.
+--
+-- Hand-over: a release gives the lock to the first live waiter for a short confirmation
+-- window only, and wakes it; the waiter, woken (or at its next re-check), runs lock_acquire
+-- with its token, which confirms the hold for its full TTL. Until it does, it stays first in
+-- the queue: if the window runs out unconfirmed (the waiter was slow), the next script that
+-- finds the lock free hands it to that waiter again, for as long as its place is leased. A
+-- waiter believes it holds the lock only from the reply to its own confirmation, so what it
+-- believes never outlives what Redis keeps, whoever heard the wake-up. A waiter that died
+-- while queued holds the lock no longer than the window at a time, and no longer than its
+-- place's lease in all. An acquire that finds the lock free while an earlier waiter is due
+-- hands it over the same way, so a free lock never waits for a waiter that may be dead.
+
+-- Most dead waiters dropped, and most queue heads looked at, by one script: bounded work.
+local LOCK_PRUNE = 16
+-- How long what is left of a released name stays (ms), and the hand-over window (see the
+-- hand-over above), from constants.py.
+local LOCK_RETENTION_MS = @RETENTION_MS@
+local LOCK_WINDOW_MS = @HANDOVER_WINDOW_MS@
+
+-- The registry member and start of wake-up messages of the lock ``lock_key``: "lock:<name>"
+-- (the name follows the key's hash tag and kind; a namespace has no braces).
+local function lock_member(lock_key)
+    return 'lock:' .. string.match(lock_key, '}:lock:(.*)$')
+end
+
+-- The fields of a waiter record (see waiters_key): ttl (ms, a number), session, slice (ms, a
+-- number), wake-up channel, metadata JSON.
+local function lock_waiter(record)
+    local ttl, session, slice, channel, meta = string.match(record, '^(%d+) (%S+) (%d+) (%S+) (.*)$')
+    return tonumber(ttl), session, tonumber(slice), channel, meta
+end
+
+-- Leave the queue; return true if ``token`` was in it.
+local function lock_dequeue(queue_key, waiters_key, leases_key, token)
+    if redis.call('ZREM', queue_key, token) == 1 then
+        redis.call('HDEL', waiters_key, token)
+        redis.call('ZREM', leases_key, token)
+        return true
+    end
+    return false
+end
+
+-- The first waiter whose place is still leased, with its record. Drops waiters whose lease
+-- ran out on the way, at most LOCK_PRUNE of them: past that it answers nil (as if nobody
+-- waited), and later scripts drop more.
+local function lock_queue_head(queue_key, waiters_key, leases_key, now_ms)
+    if redis.call('EXISTS', queue_key) == 0 then  -- nobody waits (the usual case)
+        return nil, nil
+    end
+    local dead = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms, 'LIMIT', 0, LOCK_PRUNE)
+    for _, token in ipairs(dead) do
+        lock_dequeue(queue_key, waiters_key, leases_key, token)
+    end
+    for _ = 1, LOCK_PRUNE do
+        local head = redis.call('ZRANGE', queue_key, 0, 0)[1]
+        if not head then
+            return nil, nil
+        end
+        local lease = redis.call('ZSCORE', leases_key, head)
+        local record = redis.call('HGET', waiters_key, head)
+        if lease and record and tonumber(lease) > now_ms then
+            return head, record
+        end
+        lock_dequeue(queue_key, waiters_key, leases_key, head)
+    end
+    return nil, nil
+end
+
+-- Take (or keep) a place in the queue, renew its lease; return the 1-based position.
+local function lock_enqueue(queue_key, waiters_key, leases_key, token, now_ms, now_us, lease_ms,
+                            record)
+    if redis.call('ZADD', queue_key, 'NX', now_us, token) == 1 then
+        redis.call('HSET', waiters_key, token, record)
+    end
+    redis.call('ZADD', leases_key, now_ms + lease_ms, token)
+    redis.call('PEXPIRE', queue_key, lease_ms * 2)
+    redis.call('PEXPIRE', waiters_key, lease_ms * 2)
+    redis.call('PEXPIRE', leases_key, lease_ms * 2)
+    return redis.call('ZRANK', queue_key, token) + 1
+end
+
+-- The next fence: max(last + 1, server time in microseconds), so fences keep increasing even
+-- when the stored one (``last``, or nil) was lost.
+local function lock_next_fence(last, now_us)
+    local fence = tonumber(last or '0') + 1
+    if fence < now_us then
+        fence = now_us
+    end
+    return string.format('%.0f', fence)
+end
+
+-- Make ``token`` the holder for ``ttl_ms`` with ``fence``, in the slice of ``session`` that
+-- ends at ``slice_end``.
+local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, fence, session, slice_end)
+    redis.call('HSET', lock_key, 'token', token, 'fence', fence,
+        'acquired', string.format('%.0f', now_ms), 'expires', string.format('%.0f', now_ms + ttl_ms),
+        'meta', meta, 'session', session, 'slice_end', string.format('%.0f', slice_end),
+        'reserved', '0', 'xseq', '0')
+    redis.call('PEXPIRE', lock_key, ttl_ms + LOCK_RETENTION_MS)
+end
+
+-- Hand the lock to the queued waiter ``head`` (its ``record`` from lock_queue_head) for the
+-- confirmation window (at most its TTL) with a new fence, and wake it on its own channel
+-- ("<member>#<holder id>"). The waiter stays first in the queue until it confirms (see the
+-- hand-over above). ``last`` is the stored fence. Returns how long the lock is kept for it (ms).
+local function lock_hand_over(lock_key, names_key, expiry_key, member, head, record, now_ms,
+                              now_us, last)
+    local ttl, session, slice, channel, meta = lock_waiter(record)
+    local kept = math.min(ttl, LOCK_WINDOW_MS)
+    redis.call('PUBLISH', channel, member .. '#' .. string.sub(redis.sha1hex(head), 1, 16))
+    lock_grant(lock_key, head, kept, meta, now_ms, lock_next_fence(last, now_us), session,
+        now_ms + slice)
+    registry_set(names_key, expiry_key, member, now_ms + kept, now_ms, false)
+    return kept
+end

@@ -1,0 +1,202 @@
+-- lib/semaphore: shared steps of the semaphore scripts (``-- @include semaphore``). Every
+-- function takes its keys as arguments, and the including script passes KEYS entries.
+--
+-- holders_key  ZSET  token -> expiry (ms, server time) of each holder
+-- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
+-- leases_key   ZSET  token -> expiry (ms) of each waiter's place in the queue
+-- info_key     HASH  limit, ticket (last ticket handed out), h:<token> -> holder record
+--                    "<acquired_ms> <ticket> <metadata JSON>", w:<token> -> waiter record
+--                    "<ttl_ms> <wake-up channel> <metadata JSON>" (what its grant will be,
+--                    and its process's own channel for the news); gone: recent releases
+--                    (see lib/gone) and avg: how long holds last (ms, a moving average), both
+--                    kept RETENTION_MS (constants.py) after the last holder left
+--
+-- A holder counts while its expiry is in the future: expired holders and waiters are dropped
+-- a bounded number per script, and counts never include them meanwhile.
+--
+-- Admission: a release (or an expiry) admits the first live waiters, each for a short
+-- confirmation window only, and wakes them; each, woken (or at its next re-check), runs
+-- sem_acquire with its token, which confirms its slot for the full TTL. Until then it stays in
+-- the queue, in its place: if its window runs out unconfirmed, the next admission admits it
+-- again, for as long as its place is leased. A waiter believes it holds a slot only from the
+-- reply to its own confirmation, so what it believes never outlives what Redis keeps. A
+-- waiter that died while queued keeps a slot no longer than the window at a time.
+local SEMAPHORE_GRACE_MS = 1000
+-- Most expired holders, and most dead waiters, dropped by one script: bounded work.
+local SEMAPHORE_PRUNE = 32
+-- How long the recent releases stay once nobody holds or waits (ms), and the admission window
+-- (see the admission above), from constants.py.
+local SEMAPHORE_RETENTION_MS = @RETENTION_MS@
+local SEMAPHORE_WINDOW_MS = @HANDOVER_WINDOW_MS@
+
+-- The registry member and start of wake-up messages of the semaphore whose holders are
+-- ``holders_key``: "sem:<name>" (the name follows the key's hash tag and kind).
+local function semaphore_member(holders_key)
+    return 'sem:' .. string.match(holders_key, '}:sem:(.*)$')
+end
+
+-- Drop holders whose TTL ran out and waiters whose lease ran out (at most SEMAPHORE_PRUNE
+-- of each); ``waiting`` says whether the queue exists. Return how many went.
+local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now_ms, waiting)
+    local gone = redis.call('ZRANGEBYSCORE', holders_key, '-inf', now_ms,
+        'LIMIT', 0, SEMAPHORE_PRUNE)
+    for _, token in ipairs(gone) do
+        redis.call('ZREM', holders_key, token)
+        redis.call('HDEL', info_key, 'h:' .. token)
+    end
+    if not waiting then  -- nobody waits: no lease to look at
+        return #gone
+    end
+    local left = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms,
+        'LIMIT', 0, SEMAPHORE_PRUNE)
+    for _, token in ipairs(left) do
+        redis.call('ZREM', leases_key, token)
+        redis.call('ZREM', queue_key, token)
+        redis.call('HDEL', info_key, 'w:' .. token)
+    end
+    return #gone + #left
+end
+
+-- How long holds last (ms, a moving average, as text), with the hold that began at ``record``
+-- ("<acquired_ms> ...", nil: unknown) ending now folded into ``avg`` (nil: none yet).
+local function semaphore_average(record, avg, now_ms)
+    local acquired = record and tonumber(string.match(record, '^(%d+)'))
+    if not acquired then
+        return avg
+    end
+    local lasted = now_ms - acquired
+    if avg then
+        lasted = math.floor((tonumber(avg) * 3 + lasted) / 4)
+    end
+    return string.format('%.0f', lasted)
+end
+
+-- How long until a slot is likely free: from how long recent holds lasted, for the first few
+-- holders to expire, bounded by the first holder's TTL ``wait_ms`` (-1: nobody holds).
+local function semaphore_estimate(holders_key, info_key, now_ms, wait_ms)
+    local avg = redis.call('HGET', info_key, 'avg')
+    if not avg or wait_ms < 0 then
+        return wait_ms
+    end
+    avg = tonumber(avg)
+    local best = wait_ms
+    local first = redis.call('ZRANGEBYSCORE', holders_key, '(' .. now_ms, '+inf', 'LIMIT', 0, 8)
+    for _, token in ipairs(first) do
+        local record = redis.call('HGET', info_key, 'h:' .. token) or ''
+        local acquired = tonumber(string.match(record, '^(%d+)') or now_ms)
+        local left = avg - (now_ms - acquired)
+        if left <= 0 then  -- it runs longer than usual: about one more hold (>= 1 ms)
+            left = math.max(math.min(avg, 1000), 1)
+        end
+        if left < best then
+            best = left
+        end
+    end
+    return best
+end
+
+-- How many hold a slot now.
+local function semaphore_count(holders_key, now_ms)
+    return redis.call('ZCOUNT', holders_key, '(' .. now_ms, '+inf')
+end
+
+-- A new ticket after the last one handed out (``last``, nil: none): larger than every earlier
+-- one, also after the counter was lost (server time in microseconds), so tickets order
+-- arrivals and never repeat. The caller stores it as the info hash's 'ticket'.
+local function semaphore_ticket(last, now_us)
+    local ticket = tonumber(last or '0') + 1
+    if ticket < now_us then
+        ticket = now_us
+    end
+    return string.format('%.0f', ticket)
+end
+
+-- Make all four keys live as long as the last holder or waiter (``waiting``: whether the
+-- queue exists). When nobody holds or waits, delete them but for the recent releases and the
+-- average hold (``kept``: {gone, avg} to keep, nil: those of the info hash), kept
+-- SEMAPHORE_RETENTION_MS in a small hash made anew. Return the last expiry (ms), or nil when
+-- nobody holds or waits.
+local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_ms, waiting,
+                              kept)
+    local holder = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
+    local last = now_ms
+    if holder[2] and tonumber(holder[2]) > last then
+        last = tonumber(holder[2])
+    end
+    if last == now_ms and not waiting then
+        kept = kept or redis.call('HMGET', info_key, 'gone', 'avg')
+        redis.call('DEL', holders_key, info_key)
+        if kept[1] or kept[2] then
+            redis.call('HSET', info_key, 'gone', kept[1] or '', 'avg', kept[2] or '0')
+            redis.call('PEXPIRE', info_key, SEMAPHORE_RETENTION_MS)
+        end
+        return nil
+    end
+    if waiting then
+        local lease = redis.call('ZRANGE', leases_key, -1, -1, 'WITHSCORES')
+        if lease[2] and tonumber(lease[2]) > last then
+            last = tonumber(lease[2])
+        end
+    end
+    local keep = last - now_ms + SEMAPHORE_GRACE_MS
+    redis.call('PEXPIRE', holders_key, keep)
+    redis.call('PEXPIRE', info_key, keep)
+    if waiting then
+        redis.call('PEXPIRE', queue_key, keep)
+        redis.call('PEXPIRE', leases_key, keep)
+    end
+    return last
+end
+
+-- Leave the queue; return true if ``token`` was in it.
+local function semaphore_dequeue(queue_key, leases_key, info_key, token)
+    if redis.call('ZREM', queue_key, token) == 1 then
+        redis.call('ZREM', leases_key, token)
+        redis.call('HDEL', info_key, 'w:' .. token)
+        return true
+    end
+    return false
+end
+
+-- Admit as many live queued waiters, first come first served, as there are free slots: each
+-- is made a holder for SEMAPHORE_WINDOW_MS (at most its TTL) and woken on its process's
+-- channel ("<member>#<holder id>"); it stays in the queue until it confirms (see the admission
+-- above), and one admitted already is passed over. Waiters whose lease ran out are dropped on
+-- the way (at most SEMAPHORE_PRUNE). The caller calls this only when the queue exists.
+-- Returns whether every live queued waiter now holds a slot (then a newcomer may take a free
+-- slot), and whether anything was written.
+local function semaphore_admit(holders_key, queue_key, leases_key, info_key, member, now_ms)
+    local limit = tonumber(redis.call('HGET', info_key, 'limit') or '0')
+    local free = limit - semaphore_count(holders_key, now_ms)
+    local dead, index, wrote = 0, 0, false
+    while dead < SEMAPHORE_PRUNE do
+        local first = redis.call('ZRANGE', queue_key, index, index, 'WITHSCORES')
+        if not first[1] then
+            return true, wrote
+        end
+        local token = first[1]
+        local lease = tonumber(redis.call('ZSCORE', leases_key, token) or '0')
+        local record = redis.call('HGET', info_key, 'w:' .. token)
+        local holds = tonumber(redis.call('ZSCORE', holders_key, token) or '0')
+        if not record or lease <= now_ms then
+            semaphore_dequeue(queue_key, leases_key, info_key, token)
+            dead, wrote = dead + 1, true
+        elseif holds > now_ms then  -- admitted already, its confirmation awaited
+            index = index + 1
+        elseif free <= 0 then
+            return false, wrote
+        else
+            local ttl, channel, meta = string.match(record, '^(%d+) (%S+) (.*)$')
+            if channel ~= '-' then
+                redis.call('PUBLISH', channel,
+                    member .. '#' .. string.sub(redis.sha1hex(token), 1, 16))
+            end
+            redis.call('ZADD', holders_key, now_ms + math.min(tonumber(ttl), SEMAPHORE_WINDOW_MS),
+                token)
+            redis.call('HSET', info_key, 'h:' .. token, string.format('%.0f', now_ms) .. ' '
+                .. string.format('%.0f', tonumber(first[2])) .. ' ' .. meta)
+            free, index, wrote = free - 1, index + 1, true
+        end
+    end
+    return false, wrote
+end

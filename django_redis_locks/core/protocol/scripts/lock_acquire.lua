@@ -1,0 +1,120 @@
+-- lock_acquire: take the lock if it is free and no earlier waiter is due; else (when asked)
+-- queue for it. Also confirms a hold that a release handed to this token. One atomic step,
+-- clock from TIME.
+--
+-- KEYS[1]  <ns>:{b}:lock:<name>    lock hash (see lib/lock)
+-- KEYS[2]  <ns>:{b}:lockq:<name>   queue: token -> ticket, arrival order of blocked waiters
+-- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> ttl, session, slice, channel, meta
+-- KEYS[4]  <ns>:{b}:lockl:<name>   leases: token -> expiry (ms) of a waiter's place
+-- KEYS[5]  <ns>:{b}:reg:names      registry: members in name order
+-- KEYS[6]  <ns>:{b}:reg:expiry     registry: member -> expiry (ms)
+-- ARGV[1]  token (random, >= 128 bits)
+-- ARGV[2]  ttl in milliseconds (> 0)
+-- ARGV[3]  holder metadata (JSON text, stored as is)
+-- ARGV[4]  "try": never queue; "queue": take (or keep) a place in the queue if not granted
+-- ARGV[5]  waiter lease in milliseconds ("queue" only): a queued waiter that does not ask
+--          again within it loses its place
+-- ARGV[6]  session: who is asking (a process and thread, greenlet or task), for slices
+-- ARGV[7]  slice in milliseconds (0: none)
+-- ARGV[8]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
+-- ARGV[9]  deadline: server time (ms) after which this request writes nothing (a copy that
+--          reaches Redis late, see deadlines.py); 0: none
+--
+-- The registry member ("lock:<name>") comes from KEYS[1]. When the lock is free but an
+-- earlier waiter is due, it is handed to that waiter (see lib/lock), as a release would.
+--
+-- Reply:
+--   {1, fence, ttl_ms, now_ms, 0}  acquired
+--   {1, fence, ttl_ms, now_ms, 1}  already held with this very token: a hand-over to this
+--                                  waiter, now confirmed for the full TTL (it leaves the
+--                                  queue), or a resent acquire whose first reply was lost;
+--                                  ttl_ms is what is left
+--   {0, holder_ttl_ms, position, now_ms, estimate_ms}
+--                                  not acquired: holder_ttl_ms is how long the holder (or a
+--                                  slice's reservation, or a hand-over to an earlier waiter)
+--                                  keeps it, -1 when it is free;
+--                                  position is the 1-based place in the queue (0: not queued);
+--                                  estimate_ms how long until it is likely free (at most
+--                                  holder_ttl_ms), from the lengths of recent holds
+--   {-3, now_ms}                   the request came after its deadline: nothing written
+--
+-- Fairness: blocked waiters are served in arrival order (a release hands the lock to the
+-- first of them), and nobody takes a free lock while an earlier waiter is due, except the
+-- session whose slice is running (see lib/lock).
+-- @include registry
+-- @include lock
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local deadline = tonumber(ARGV[9])
+if deadline > 0 and now_ms > deadline then
+    return {-3, now_ms}
+end
+local token = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local member = lock_member(KEYS[1])
+
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'session', 'slice_end',
+    'reserved', 'acquired', 'avg')
+local holder_ttl = -1
+if held[1] then
+    holder_ttl = tonumber(held[2]) - now_ms
+end
+if held[1] and holder_ttl > 0 then
+    if held[1] == token then
+        if holder_ttl < ttl then  -- confirm a hand-over (its short window) for the full TTL
+            redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl))
+            redis.call('PEXPIRE', KEYS[1], ttl + LOCK_RETENTION_MS)
+            registry_set(KEYS[5], KEYS[6], member, now_ms + ttl, now_ms, false)
+            holder_ttl = ttl
+        end
+        lock_dequeue(KEYS[2], KEYS[3], KEYS[4], token)  -- a confirmed hand-over leaves the queue
+        return {1, held[3], holder_ttl, now_ms, 1}
+    end
+else
+    holder_ttl = -1
+    local reserved = tonumber(held[6] or '0') - now_ms
+    local mine = held[4] == ARGV[6]
+    if reserved > 0 and not mine then
+        holder_ttl = reserved
+    else
+        local head, record = nil, nil
+        if reserved <= 0 then
+            head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
+        end
+        if not head or head == token then
+            if head or reserved > 0 then  -- (the session's token may be queued: it leaves)
+                lock_dequeue(KEYS[2], KEYS[3], KEYS[4], token)
+            end
+            local slice_end = now_ms + tonumber(ARGV[7])
+            if reserved > 0 then
+                slice_end = tonumber(held[5])  -- the session's slice goes on
+            end
+            local fence = lock_next_fence(held[3], now_us)
+            lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, fence, ARGV[6], slice_end)
+            registry_set(KEYS[5], KEYS[6], member, now_ms + ttl, now_ms, false)
+            return {1, fence, ttl, now_ms, 0}
+        end
+        -- Free, but an earlier waiter is due: hand it over now, as a release would have (a
+        -- dead waiter then keeps it for the window only, not until its place runs out).
+        holder_ttl = lock_hand_over(KEYS[1], KEYS[5], KEYS[6], member, head, record, now_ms,
+            now_us, held[3])
+    end
+end
+local position = 0
+if ARGV[4] == 'queue' then
+    position = lock_enqueue(KEYS[2], KEYS[3], KEYS[4], token, now_ms, now_us, tonumber(ARGV[5]),
+        ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
+end
+-- How long until the name is likely free: from how long recent holds lasted (``avg``),
+-- bounded by the holder's TTL; without history, that TTL.
+local estimate = holder_ttl
+if held[8] and held[1] and held[1] ~= token and tonumber(held[2]) > now_ms then
+    local avg = tonumber(held[8])
+    estimate = avg - (now_ms - tonumber(held[7] or now_ms))
+    if estimate <= 0 then  -- it runs longer than usual: about one more hold (>= 1 ms)
+        estimate = math.max(math.min(avg, 1000), 1)
+    end
+    estimate = math.min(estimate, holder_ttl)
+end
+return {0, holder_ttl, position, now_ms, estimate}

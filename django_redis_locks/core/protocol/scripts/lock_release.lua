@@ -1,0 +1,114 @@
+-- lock_release: release the lock if, and only if, it is held with the given token (or, for a
+-- forced release, by the holder with the given id), handing it to the first live waiter; or
+-- take a waiter that gives up out of the queue. Sent twice, it takes effect once.
+--
+-- KEYS[1]  <ns>:{b}:lock:<name>    lock hash (see lib/lock)
+-- KEYS[2]  <ns>:{b}:lockq:<name>   queue: token -> ticket
+-- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> ttl, session, slice, channel, meta
+-- KEYS[4]  <ns>:{b}:lockl:<name>   leases: token -> expiry (ms) of a waiter's place
+-- KEYS[5]  <ns>:{b}:reg:names      registry: members in name order
+-- KEYS[6]  <ns>:{b}:reg:expiry     registry: member -> expiry (ms)
+-- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
+--          digits of the token's SHA-1, as listings show it)
+-- ARGV[2]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
+-- ARGV[3]  forced release: the request's id (random), so that it is recognised if resent
+--
+-- The registry member ("lock:<name>") comes from KEYS[1]; wake-up messages go to the
+-- waiter's own channel (see the wake-up format in wake_messages.py). A release that leaves the lock
+-- free keeps only its fence, recent releases and average hold (see lib/lock).
+--
+-- Reply:
+--    1  released (evicted, for a forced release)
+--    3  that very release (or forced release request) happened already: this is a resend
+--    2  the token was not holding but waiting: it left the queue
+--    0  no live hold: it expired or was removed; nothing written
+--   -1  held with another token (or another holder id); nothing written
+--   -2  the token's hold was force-released; nothing written
+-- @include registry
+-- @include lock
+-- @include gone
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local forced = ARGV[2] == 'holder'
+local member = lock_member(KEYS[1])
+
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'slice_end', 'told',
+    'acquired', 'avg', 'gone')
+local holder = held[1]
+local live = holder and tonumber(held[2]) > now_ms
+local hid, match
+if forced then
+    hid = ARGV[1]
+    match = live and string.sub(redis.sha1hex(holder), 1, 16) == hid
+else
+    hid = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
+    match = live and holder == ARGV[1]
+end
+if not match then
+    if not forced and lock_dequeue(KEYS[2], KEYS[3], KEYS[4], ARGV[1]) then
+        return 2
+    end
+    local kind, request = gone_in(held[8], hid)
+    if kind == 'R' and not forced then
+        return 3
+    elseif kind == 'X' and not forced then
+        return -2
+    elseif kind == 'X' and request == ARGV[3] then
+        return 3
+    end
+    if live then
+        return -1
+    end
+    return 0
+end
+
+-- Written to the hash below, with what the outcome needs: the recent releases (a forced
+-- release is recorded apart: the evicted holder must learn that it lost the lock) and how
+-- long holds last, for waiters' estimates (a moving average).
+local fields
+if forced then
+    fields = {'gone', gone_with(held[8], hid, 'X' .. hid .. '.' .. ARGV[3])}
+else
+    fields = {'gone', gone_with(held[8], hid, 'R' .. hid)}
+    local lasted = now_ms - tonumber(held[6] or now_ms)
+    if held[7] then
+        lasted = math.floor((tonumber(held[7]) * 3 + lasted) / 4)
+    end
+    held[7] = string.format('%.0f', lasted)
+end
+if held[7] then
+    fields[#fields + 1] = 'avg'
+    fields[#fields + 1] = held[7]
+end
+
+local head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
+if head == holder then  -- a hand-over released before it was confirmed: it leaves the queue
+    lock_dequeue(KEYS[2], KEYS[3], KEYS[4], holder)
+    head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
+end
+local slice_left = tonumber(held[4] or '0') - now_ms
+if head and slice_left > 0 and not forced then
+    -- The releasing session's slice runs on: keep the lock for it until the slice ends, and
+    -- tell the first waiter (once per slice) when to try.
+    redis.call('HSET', KEYS[1], 'expires', '0', 'reserved', held[4], 'told', held[4],
+        unpack(fields))
+    registry_remove(KEYS[5], KEYS[6], member)
+    if held[5] ~= held[4] then
+        local _, _, _, channel = lock_waiter(record)
+        redis.call('PUBLISH', channel,
+            member .. '#' .. string.sub(redis.sha1hex(head), 1, 16) .. '|' .. slice_left)
+    end
+elseif head then
+    lock_hand_over(KEYS[1], KEYS[5], KEYS[6], member, head, record, now_ms, now_us, held[3])
+    redis.call('HSET', KEYS[1], unpack(fields))
+else
+    -- Free: what stays of the name is its fence, recent releases and average hold, in a small
+    -- hash made anew (a hash that held the metadata keeps a large encoding), for
+    -- LOCK_RETENTION_MS.
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], 'fence', held[3], unpack(fields))
+    redis.call('PEXPIRE', KEYS[1], LOCK_RETENTION_MS)
+    registry_remove(KEYS[5], KEYS[6], member)
+end
+return 1

@@ -1,0 +1,98 @@
+-- sem_release: give back a semaphore slot held with the given token, or leave the queue
+-- (or, for a forced release, evict the holder with the given id). Sent twice, it takes
+-- effect once.
+--
+-- KEYS[1]  <ns>:{b}:sem:<name>    holders: token -> expiry (ms)
+-- KEYS[2]  <ns>:{b}:semq:<name>   queue: token -> ticket
+-- KEYS[3]  <ns>:{b}:semw:<name>   leases: token -> expiry (ms)
+-- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token>, w:<token>, gone
+-- KEYS[5]  <ns>:{b}:reg:names     registry: members in name order
+-- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
+-- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
+--          digits of the token's SHA-1, as listings show it)
+-- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
+-- ARGV[3]  forced release: the request's id (random), so that it is recognised if resent
+--
+-- The registry member ("sem:<name>"), also the start of wake-up messages (wake_messages.py), comes
+-- from KEYS[1].
+--
+-- Reply:
+--    1  the slot was released (evicted, for a forced release), and given to the next live
+--       queued waiter, if any, who was told
+--    3  that very release (or forced release request) happened already: this is a resend
+--    2  the token was not holding but waiting: it left the queue
+--    0  neither holding nor waiting (expired, or never admitted): nothing written
+--   -2  the token's slot was force-released: nothing written
+-- @include registry
+-- @include semaphore
+-- @include gone
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local forced = ARGV[2] == 'holder'
+local member = semaphore_member(KEYS[1])
+local waiting = redis.call('EXISTS', KEYS[2]) == 1
+local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
+
+local token, hid
+if forced then
+    hid = ARGV[1]
+    for _, candidate in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf')) do
+        if string.sub(redis.sha1hex(candidate), 1, 16) == hid then
+            token = candidate
+            break
+        end
+    end
+else
+    token = ARGV[1]
+    hid = string.sub(redis.sha1hex(token), 1, 16)
+end
+
+local outcome = 0
+local kept = nil
+local expires = token and redis.call('ZSCORE', KEYS[1], token)
+if expires and tonumber(expires) > now_ms then
+    local info = redis.call('HMGET', KEYS[4], 'h:' .. token, 'avg', 'gone')
+    local gone
+    if forced then
+        gone = gone_with(info[3], hid, 'X' .. hid .. '.' .. ARGV[3])
+    else  -- how long holds last, for waiters' estimates (a moving average)
+        gone = gone_with(info[3], hid, 'R' .. hid)
+        info[2] = semaphore_average(info[1], info[2], now_ms)
+    end
+    redis.call('ZREM', KEYS[1], token)
+    if waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
+        waiting = redis.call('EXISTS', KEYS[2]) == 1  -- admitted, and gave up unconfirmed
+    end
+    if waiting or redis.call('EXISTS', KEYS[1]) == 1 then
+        redis.call('HDEL', KEYS[4], 'h:' .. token)
+        redis.call('HSET', KEYS[4], 'gone', gone, 'avg', info[2] or '0')
+    else  -- the last holder left and nobody waits: semaphore_keep keeps these two
+        kept = {gone, info[2]}
+    end
+    outcome = 1
+elseif not forced and waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
+    waiting = redis.call('EXISTS', KEYS[2]) == 1
+    outcome = 2
+else
+    local kind, request = gone_kind(KEYS[4], hid)
+    if kind == 'R' and not forced then
+        outcome = 3
+    elseif kind == 'X' and not forced then
+        outcome = -2
+    elseif kind == 'X' and request == ARGV[3] then
+        outcome = 3
+    end
+end
+
+if waiting and (outcome == 1 or outcome == 2 or dropped > 0) then
+    -- a slot or a place ahead is free
+    semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], member, now_ms)
+    waiting = redis.call('EXISTS', KEYS[2]) == 1
+end
+local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting, kept)
+if not last then
+    registry_remove(KEYS[5], KEYS[6], member)
+else
+    registry_set(KEYS[5], KEYS[6], member, last, now_ms, true)
+end
+return outcome

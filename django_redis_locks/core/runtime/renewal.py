@@ -1,0 +1,405 @@
+"""Background upkeep of holds: renew auto-renewed holds, undo grants nobody heard of.
+
+Work is split into *lanes*: one per server, and one per node of a Redis Cluster. Each lane has
+a thread of its own, so a stalled or unreachable server delays only the holds it serves,
+never those of a healthy one. A lane
+
+- **renews** each of its holds every third of its TTL; holds due at about the same time go
+  out in one pipeline (one round trip) and stay aligned afterwards. A renewal that finds the
+  hold gone, or cannot reach Redis before the hold's conservative local expiry, marks the
+  hold lost (see :mod:`.holds` for why a renewal in flight during a release never does) and
+  hands the report to the callback thread (:mod:`.callbacks`): no callback runs on a lane.
+- **reclaims** tokens whose fate is unknown: an acquire or release that timed out or lost its
+  connection may have run. The lane sends the token-checked release as soon as Redis answers
+  again, and checks once more at growing intervals for as long as the hold could live (a
+  request stuck in a dead connection may still arrive late), so an unknown outcome leaves
+  nothing behind for longer than Redis is out of reach.
+- **watches** tokens a late copy of an acquire could still revive (see :mod:`.deadlines`):
+  after a hold whose acquire went out more than once ends, or an acquire in flight fails,
+  the same token-checked release is sent at growing intervals until that request's deadline
+  has passed on the server, whatever it finds meanwhile (a copy that lands is undone at the
+  next look), and past it once more.
+
+Lanes never renew a hold whose owner ended or whose primitive was garbage-collected, and
+never work in a forked child: the renewer is made anew per runtime (process and threading
+implementation, see :func:`.ownership.runtime_key`). A lane's thread ends when it is idle.
+A lane keeps its Backend only through its work (a renewal's hold, a reclaim), so a Backend
+nobody uses any more is collected and its lanes go with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django_redis_locks.core.protocol import replies
+from django_redis_locks.core.protocol.scripting import Call
+
+from .callbacks import callbacks
+from .holds import Hold
+from .ownership import PerRuntime
+
+__all__ = ["Reclaim", "Renewal", "Renewer", "reclaim_replied", "renewal_replied", "renewer"]
+
+logger = logging.getLogger(__name__)
+
+_IDLE_EXIT_SECONDS = 10.0
+#: A renewal that failed is retried after this long (or a tenth of the TTL, if shorter).
+_RETRY_SECONDS = 0.25
+#: A reclaim that could not reach Redis is retried after this long, doubling up to 1 s.
+_RECLAIM_RETRY_SECONDS = 0.05
+#: After a reclaim reached Redis, it looks again after this long, doubling, while the
+#: unknown grant could still appear (a request stuck in a dead connection).
+_RECLAIM_RECHECK_SECONDS = 0.5
+
+
+@dataclass(eq=False)
+class Renewal:
+    """An auto-renewed hold as its lane sees it."""
+
+    hold: Hold
+    call: Call  # tops the hold up to its full TTL: a {1, ttl_ms, now_ms} / {0} / {-1} reply
+    label: str  # "lock 'name'", for messages
+    stop_reason: Callable[[], str | None]  # why renewing should stop (owner ended...), or None
+    due: float = 0.0
+
+
+@dataclass(eq=False)
+class Reclaim:
+    """A token-checked release whose outcome is unknown, sent until it is settled."""
+
+    backend: Any  # kept alive until the reclaim is done
+    call: Call  # a token-checked release (which also leaves a queue)
+    until: float  # (monotonic) what it undoes may appear until then: a look sent later settles
+    what: str
+    due: float
+    interval: float = _RECLAIM_RETRY_SECONDS
+    reached: bool = False  # Redis answered at least once
+    gives_up: float = 0.0  # past this nothing it undoes can be alive: stop, answered or not
+    watch: bool = False  # an undo before ``until`` does not settle it: another copy may land
+
+    def __post_init__(self) -> None:
+        self.gives_up = max(self.gives_up, self.until)
+
+    @classmethod
+    def new(cls, backend: Any, call: Call, lifetime: float, what: str) -> Reclaim:
+        """A reclaim due now, for what could live ``lifetime`` seconds."""
+        now = time.monotonic()
+        return cls(backend, call, now + lifetime, what, due=now)
+
+    @classmethod
+    def watching(
+        cls, backend: Any, call: Call, until: float, lifetime: float, what: str, *, now: bool
+    ) -> Reclaim:
+        """A watch: ``call`` sent until ``until`` (the local time by which no copy of a request
+        can land any more), at growing intervals, the last time at ``until``; due at once
+        (``now``: what it undoes may be there already) or after a re-check interval (the
+        token was just released). What a copy makes lives at most ``lifetime`` seconds: while
+        Redis cannot be reached it tries until ``until + lifetime``."""
+        started = time.monotonic()
+        until = max(until, started)
+        due = started if now else min(started + _RECLAIM_RECHECK_SECONDS, until)
+        return cls(
+            backend,
+            call,
+            until,
+            what,
+            due=due,
+            interval=_RECLAIM_RETRY_SECONDS if now else _RECLAIM_RECHECK_SECONDS,
+            reached=not now,
+            gives_up=until + lifetime,
+            watch=True,
+        )
+
+
+def renewal_replied(
+    renewal: Renewal,
+    generation: int,
+    result: Any,
+    sent_at: float,
+    lost: Callable[[Renewal, str, int], None],
+) -> str:
+    """Apply a renewal's reply (an exception: none came) to its hold: schedule the next
+    renewal, or report the hold lost through ``lost``. Returns what came of it."""
+    hold = renewal.hold
+    if isinstance(result, Exception):
+        if hold.local_time_left() <= 0:
+            lost(renewal, f"could not be renewed before it expired ({result})", generation)
+            return "lost (no reply before expiry)"
+        renewal.due = time.monotonic() + min(_RETRY_SECONDS, hold.ttl / 10)
+        return "no reply, retry"
+    new_ttl_ms = replies.decode_renewal(result)
+    if new_ttl_ms is None:
+        lost(renewal, replies.loss_reason(int(result[0])), generation)
+        return f"lost ({result[0]})"
+    renewal.due = sent_at + hold.ttl / 3
+    hold.renewed_until(sent_at + new_ttl_ms / 1000, generation)
+    return f"renewed {new_ttl_ms} ms"
+
+
+def reclaim_replied(item: Reclaim, result: Any, sent_at: float | None = None) -> bool:
+    """Apply a reclaim's reply (an exception: none came) to a look sent at ``sent_at``
+    (None: now); True when it is settled."""
+    now = time.monotonic()
+    sent_at = now if sent_at is None else sent_at
+    if isinstance(result, Exception):
+        if now >= item.gives_up:
+            logger.warning(
+                "reclaim: gave up on %s: Redis was out of reach for as long as it could "
+                "be alive (%s)",
+                item.what,
+                result,
+            )
+            return True
+        if not item.reached:  # back off while Redis is away
+            item.interval = min(item.interval * 2, 1.0)
+    elif int(result) in replies.UNDONE and not (item.watch and sent_at < item.until):
+        logger.info("reclaim: undid %s", item.what)
+        return True
+    elif sent_at >= item.until:
+        return True  # looked at when nothing could appear any more: done
+    else:
+        if int(result) in replies.UNDONE:  # (a watch: another copy may still land)
+            logger.info("reclaim: undid %s; watching on", item.what)
+        if not item.reached:
+            # Nothing there (yet): look again while a late request could still create it.
+            item.reached = True
+            item.interval = _RECLAIM_RECHECK_SECONDS
+        else:
+            item.interval *= 2
+    # The last look comes at the end of the lifetime, not an interval before it: a
+    # request landing in the lifetime's second half is undone too.
+    item.due = min(now + item.interval, item.until) if now < item.until else now + item.interval
+    return False
+
+
+class _Lane:
+    """The renewals and reclaims of one server (or Cluster node), on a thread of its own."""
+
+    def __init__(self, backend: Any, node: str) -> None:
+        self._backend = weakref.ref(backend)  # its work keeps it alive, not the lane
+        self.name = f"{backend.name} node {node}" if node else backend.name
+        self._thread_name = f"drl-renew {node}" if node else "drl-renew"
+        self._cond = threading.Condition()
+        self._renewals: dict[int, Renewal] = {}
+        self._reclaims: list[Reclaim] = []
+        self._thread: threading.Thread | None = None
+        self._idle_since = time.monotonic()
+        self._wakes_at = 0.0  # when the thread wakes on its own (0: it is not waiting)
+        self._failing = False
+        self.rounds = 0
+
+    # -- entries -------------------------------------------------------------------------
+    def add(self, renewal: Renewal) -> None:
+        renewal.due = time.monotonic() + renewal.hold.ttl / 3
+        with self._cond:
+            self._renewals[id(renewal.hold)] = renewal
+            thread = self._poke(renewal.due)
+        if thread is not None:
+            thread.start()
+
+    def remove(self, hold: Hold) -> bool:
+        with self._cond:
+            removed = self._renewals.pop(id(hold), None) is not None
+            if removed and not self._renewals and not self._reclaims:
+                self._idle_since = time.monotonic()
+            return removed
+
+    def holds(self, hold: Hold) -> bool:
+        return id(hold) in self._renewals
+
+    def reclaim(self, item: Reclaim) -> None:
+        with self._cond:
+            self._reclaims.append(item)
+            thread = self._poke(item.due)
+        if thread is not None:
+            thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._renewals or self._reclaims)
+
+    def _poke(self, due: float) -> threading.Thread | None:
+        """Called with the mutex held: wake the thread if ``due`` is earlier than it would
+        wake anyway, or return a new thread for the caller to start once it let go of the
+        mutex (under gevent, starting a thread may switch greenlets)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+            return self._thread
+        if self._wakes_at == 0.0 or due < self._wakes_at:
+            self._cond.notify()
+        return None
+
+    # -- the thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                work = self._wait_for_work()
+                self._wakes_at = 0.0
+                if work is None:
+                    self._thread = None
+                    return
+            self.rounds += 1
+            self._work(*work)
+            del work  # while it waits, the thread keeps no Backend alive
+
+    def _wait_for_work(self) -> tuple[list[Renewal], list[Reclaim]] | None:
+        while True:
+            now = time.monotonic()
+            if not self._renewals and not self._reclaims:
+                if now - self._idle_since >= _IDLE_EXIT_SECONDS:
+                    return None
+                self._wakes_at = now + _IDLE_EXIT_SECONDS
+                self._cond.wait(_IDLE_EXIT_SECONDS)
+                continue
+            work = self._due(now)
+            if work is not None:
+                return work
+            # (no reference to the work is kept while waiting: see _due)
+            next_due = min(
+                [r.due for r in self._renewals.values()] + [item.due for item in self._reclaims]
+            )
+            self._wakes_at = next_due
+            self._cond.wait(next_due - now)
+
+    def _due(self, now: float) -> tuple[list[Renewal], list[Reclaim]] | None:
+        """What is due now, if anything (a function of its own, so that the waiting thread
+        keeps no renewal, and so no Backend, alive)."""
+        due_reclaims = [item for item in self._reclaims if item.due <= now]
+        renewals = list(self._renewals.values())
+        if due_reclaims or any(r.due <= now for r in renewals):
+            # Take along every hold due within a sixth of its TTL: renewing it a little
+            # early costs nothing, and holds renewed together stay due together.
+            return [r for r in renewals if r.due <= now + r.hold.ttl / 6], due_reclaims
+        return None
+
+    def _work(self, renewals: Sequence[Renewal], reclaims: Sequence[Reclaim]) -> None:
+        live: list[tuple[Renewal, int]] = []
+        for renewal in renewals:
+            reason = renewal.stop_reason()
+            if reason is not None:
+                logger.warning("renew: stopped renewing: %s", reason)
+                self.remove(renewal.hold)
+            else:
+                live.append((renewal, renewal.hold.generation))
+        calls = [renewal.call for renewal, _ in live] + [item.call for item in reclaims]
+        backend = self._backend()
+        if not calls or backend is None:  # (work keeps the Backend alive: never None here)
+            return
+        sent_at = time.monotonic()
+        try:
+            results: list[Any] = backend.run_many(calls)
+        except Exception as exc:
+            results = [exc] * len(calls)
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        self._note_health(failure)
+        for (renewal, generation), result in zip(live, results, strict=False):
+            renewal_replied(renewal, generation, result, sent_at, self._lost)
+        done = [
+            item
+            for item, result in zip(reclaims, results[len(live) :], strict=True)
+            if reclaim_replied(item, result, sent_at)
+        ]
+        if done:
+            with self._cond:
+                self._reclaims = [item for item in self._reclaims if item not in done]
+                if not self._renewals and not self._reclaims:
+                    self._idle_since = time.monotonic()
+
+    def _note_health(self, failure: Exception | None) -> None:
+        if failure is not None and not self._failing:
+            logger.warning("renew: %s cannot be reached, retrying: %s", self.name, failure)
+        elif failure is None and self._failing:
+            logger.warning("renew: %s answers again", self.name)
+        self._failing = failure is not None
+
+    def _lost(self, renewal: Renewal, reason: str, generation: int) -> None:
+        self.remove(renewal.hold)
+        if renewal.hold.lose(reason, generation):
+            callbacks().submit(renewal.hold.report_lost)
+
+
+class Renewer:
+    """The lanes of one runtime. Use the module's :func:`renewer`."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._lanes: weakref.WeakKeyDictionary[Any, dict[str, _Lane]] = weakref.WeakKeyDictionary()
+
+    def _lane(self, backend: Any, route_key: str) -> _Lane:
+        name = backend.lane_name(route_key)
+        with self._mutex:
+            lanes = self._lanes.setdefault(backend, {})
+            lane = lanes.get(name)
+            if lane is None:
+                lane = lanes[name] = _Lane(backend, name)
+            return lane
+
+    def add(self, renewal: Renewal) -> None:
+        """Renew ``renewal.hold`` every third of its TTL from now on."""
+        lane = self._lane(renewal.hold.backend, renewal.call.keys[0])
+        renewal.hold.lane = lane
+        lane.add(renewal)
+
+    def remove(self, hold: Hold) -> None:
+        """Stop renewing ``hold`` (no-op if it is not renewed)."""
+        lane = hold.lane
+        if lane is not None:
+            hold.lane = None
+            lane.remove(hold)
+
+    def reclaim(self, backend: Any, call: Call, lifetime: float, what: str) -> None:
+        """Send ``call`` (a token-checked release) as soon as Redis answers, and again while
+        what it undoes could still appear, for up to ``lifetime`` seconds."""
+        logger.info("reclaim: %s: the outcome is unknown; undoing it in the background", what)
+        self._lane(backend, call.keys[0]).reclaim(Reclaim.new(backend, call, lifetime, what))
+
+    def watch(
+        self, backend: Any, call: Call, until: float, lifetime: float, what: str, *, now: bool
+    ) -> None:
+        """Send ``call`` (a token-checked release) at growing intervals until ``until``, and
+        at ``until``, whatever it finds (see :meth:`Reclaim.watching`)."""
+        logger.debug("reclaim: watching for %.3f s: %s", until - time.monotonic(), what)
+        item = Reclaim.watching(backend, call, until, lifetime, what, now=now)
+        self._lane(backend, call.keys[0]).reclaim(item)
+
+    def __contains__(self, hold: Hold) -> bool:
+        return any(lane.holds(hold) for lane in self._all_lanes(hold.backend))
+
+    def _all_lanes(self, backend: Any) -> list[_Lane]:
+        with self._mutex:
+            return list(self._lanes.get(backend, {}).values())
+
+    def lanes(self) -> list[_Lane]:
+        with self._mutex:
+            return [lane for lanes in self._lanes.values() for lane in lanes.values()]
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of work done by all lanes so far."""
+        return sum(lane.rounds for lane in self.lanes())
+
+    @property
+    def running(self) -> bool:
+        return any(lane._thread is not None for lane in self.lanes())
+
+    def renewing(self, backend: Any) -> int:
+        """How many holds on ``backend`` are renewed."""
+        return sum(len(lane._renewals) for lane in self._all_lanes(backend))
+
+    def reclaiming(self, backend: Any) -> int:
+        """How many reclaims are pending on ``backend``'s lanes."""
+        return sum(len(lane._reclaims) for lane in self._all_lanes(backend))
+
+
+_renewer = PerRuntime(Renewer)
+
+
+def renewer() -> Renewer:
+    """The renewer of this runtime (a fresh one after ``fork()`` or monkey-patching)."""
+    return _renewer.get()

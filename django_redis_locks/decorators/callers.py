@@ -1,0 +1,163 @@
+"""Views and tasks as ``@redis_lock`` meets them: the request among a call's arguments (and
+its user, loaded the async way), the responses a view gets on contention or a Redis failure,
+a task run again later, and the callables the decorator refuses.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import sys
+from datetime import timedelta
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.utils.functional import SimpleLazyObject, empty
+
+from django_redis_locks.core.errors import (
+    InvalidArgumentType,
+    LockConfigurationError,
+    LockNotAcquired,
+)
+
+__all__ = [
+    "label_of",
+    "load_user",
+    "refuse_generators",
+    "refuse_task_objects",
+    "request_of",
+    "response",
+    "retry_after_seconds",
+    "retry_later",
+]
+
+logger = logging.getLogger("django_redis_locks.decorators")
+
+
+def retry_later(
+    error: LockNotAcquired,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    name: str,
+    label: str,
+    skip_result: Any,
+    retry_after: int,
+) -> Any:
+    """Run the task again in ``retry_after`` seconds: Celery's ``retry()`` (it raises),
+    or a Django task enqueued again (then this run returns ``skip_result``)."""
+    context = args[0] if args else None
+    django_task = getattr(getattr(context, "task_result", None), "task", None)
+    if django_task is not None:  # a Django task with takes_context=True
+        run_after = timezone.now() + timedelta(seconds=retry_after)
+        django_task.using(run_after=run_after).enqueue(*args[1:], **kwargs)
+        logger.info(
+            "acquire: lock %r for %s is taken: enqueued again to run in %s s",
+            name,
+            label,
+            retry_after,
+        )
+        return skip_result
+    celery_task = current_celery_task(args)
+    if celery_task is not None:
+        raise celery_task.retry(countdown=retry_after, exc=error)
+    raise LockConfigurationError(
+        f"{label}: on_contention='retry' runs a task again later, but this call is "
+        "neither a Celery task nor a Django task with takes_context=True"
+    ) from error
+
+
+def retry_after_seconds(error: LockNotAcquired) -> int:
+    """Whole seconds worth waiting before trying again: at least 1."""
+    return max(1, math.ceil(error.retry_after or 1))
+
+
+def current_celery_task(args: tuple[Any, ...]) -> Any:
+    """The Celery task this call runs in (a bound task's ``self``, or Celery's current
+    task), or None outside a Celery worker."""
+    celery_task_module = sys.modules.get("celery.app.task")
+    task_class = getattr(celery_task_module, "Task", None)
+    if task_class is None:
+        return None
+    if args and isinstance(args[0], task_class) and args[0].request.id:
+        return args[0]
+    from celery import current_task  # a proxy: false when no task runs
+
+    if current_task and current_task.request.id:
+        return current_task
+    return None
+
+
+async def load_user(request: HttpRequest | None) -> None:
+    """Load ``request.user`` the async way (``request.auser()``) if it is still lazy, so that
+    naming the lock from it does not run a database query inside the event loop."""
+    user = getattr(request, "user", None)
+    if request is None or not isinstance(user, SimpleLazyObject):
+        return
+    if user._wrapped is not empty:
+        return
+    auser = getattr(request, "auser", None)
+    if auser is not None:
+        request.user = await auser()
+
+
+def response(status: int, text: str, *, retry_after: int) -> HttpResponse:
+    return HttpResponse(
+        text,
+        status=status,
+        content_type="text/plain; charset=utf-8",
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+def request_of(args: tuple[Any, ...]) -> HttpRequest | None:
+    """The HttpRequest among a call's first arguments (a view call), else None."""
+    for value in args[:2]:
+        if isinstance(value, HttpRequest):
+            return value
+        inner = getattr(value, "_request", None)  # Django REST framework's Request
+        if isinstance(inner, HttpRequest):
+            return inner
+    return None
+
+
+def label_of(func: Any) -> str:
+    module = getattr(func, "__module__", None) or "?"
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    return f"{module}.{name}"
+
+
+def refuse_generators(func: Any) -> None:
+    """A generator function returns at once: the lock would be released before its body
+    runs. Refused, with the way to do it."""
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        raise InvalidArgumentType(
+            "func",
+            f"@redis_lock cannot guard the generator function {label_of(func)}: calling it "
+            "returns a generator at once, before its body runs, so the lock would be released "
+            "before the work. Take the lock inside it instead:\n\n"
+            '    def items(...):\n        with Lock("name"):\n            yield ...',
+        )
+
+
+def refuse_task_objects(func: Any) -> None:
+    """Task objects run their function elsewhere: the lock must wrap the function itself."""
+    kinds = []
+    for module, attribute, decorator in (
+        ("django.tasks.base", "Task", "@task"),
+        ("django_tasks.base", "Task", "@task"),
+        ("celery.app.task", "Task", "@shared_task / @app.task"),
+    ):
+        loaded = sys.modules.get(module)
+        task_class = getattr(loaded, attribute, None) if loaded is not None else None
+        if isinstance(task_class, type) and isinstance(func, task_class):
+            kinds.append(decorator)
+    if kinds:
+        raise InvalidArgumentType(
+            "func",
+            f"@redis_lock was given a task object ({func!r}); put {kinds[0]} above "
+            f"@redis_lock so the lock wraps the task's function:\n\n"
+            f"    {kinds[0].split(' ')[0]}\n    @redis_lock(...)\n    def my_task(...): ...",
+        )

@@ -1,0 +1,207 @@
+"""One call of a ``@redis_lock``-decorated function: its lock, and the policies on contention
+and on Redis errors (see :mod:`.decorator` for what each policy does).
+
+The body never runs without the lock (unless the ``fail_open`` policy says so): a call whose
+lock cannot be named raises before it (see :mod:`.names`), and a result that does its
+work later, a streamed response or a coroutine, keeps the hold until that work is done (see
+:mod:`.kept_holds`)."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import sys
+from collections.abc import Callable
+from json.encoder import encode_basestring
+from typing import Any, Literal
+
+from django.http import StreamingHttpResponse
+
+from django_redis_locks.conf import get_config
+from django_redis_locks.core.errors import LockBackendError, LockNotAcquired, LockNotReplicated
+from django_redis_locks.core.lock import Lock
+
+from .callers import (
+    label_of,
+    load_user,
+    request_of,
+    response,
+    retry_after_seconds,
+    retry_later,
+)
+from .kept_holds import KeptHold, keep_until_done, keep_until_streamed
+from .names import Namer
+
+__all__ = ["Guard", "OnContention", "OnRedisError"]
+
+logger = logging.getLogger("django_redis_locks.decorators")
+
+OnContention = Literal["raise", "skip", "retry"] | Callable[..., Any]
+OnRedisError = Literal["fail_closed", "fail_open"]
+
+
+class Guard:
+    """Runs one decorated call: name, lock, policies."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        namer: Namer,
+        options: dict[str, Any],
+        on_contention: OnContention,
+        *,
+        skip_result: Any,
+        on_redis_error: OnRedisError | None,
+    ) -> None:
+        self.func = func
+        self.namer = namer
+        self.options = options
+        self.on_contention = on_contention
+        self.skip_result = skip_result
+        self.on_redis_error = on_redis_error
+        self.label = label_of(func)
+        # Made (and its options checked) once; each call gets a copy for its name.
+        self.template = Lock("decorated", metadata={"label": self.label}, **options)
+        self.label_json = f'"label":{encode_basestring(self.label)}'
+
+    def _lock(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Lock:
+        """The call's lock. Raises InvalidArgumentType / InvalidArgument when the call's
+        arguments cannot name it: the call is then not run."""
+        name = self.namer.name(args, kwargs)
+        request = request_of(args)
+        if request is None:
+            return self.template._derived(name, {"label": self.label}, self.label_json)
+        shown = f"{request.method} {request.path}"[:200]
+        return self.template._derived(
+            name,
+            {"label": self.label, "request": shown},
+            f'{self.label_json},"request":{encode_basestring(shown)}',
+        )
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        lock = self._lock(args, kwargs)
+        try:
+            lock.__enter__()
+        except (LockBackendError, LockNotReplicated) as error:
+            return self._redis_failed(error, lock, args, kwargs)
+        except LockNotAcquired as error:
+            return self._contended(error, lock, args, kwargs)
+        try:
+            result = self.func(*args, **kwargs)
+        except BaseException:
+            lock.__exit__(*sys.exc_info())
+            raise
+        if isinstance(result, StreamingHttpResponse) or inspect.iscoroutine(result):
+            return self._keep(lock, result)
+        self._release(lock, lock.release)
+        return result
+
+    async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.namer.reads_user:
+            await load_user(request_of(args))
+        lock = self._lock(args, kwargs)
+        try:
+            await lock.__aenter__()
+        except (LockBackendError, LockNotReplicated) as error:
+            if self._policy() == "fail_open":
+                self._log_redis_error(error, lock, opened=True)
+                return await self.func(*args, **kwargs)
+            return self._redis_failed(error, lock, args, kwargs)
+        except LockNotAcquired as error:
+            result = self._contended(error, lock, args, kwargs)
+            return await result if inspect.isawaitable(result) else result
+        try:
+            result = await self.func(*args, **kwargs)
+        except BaseException:
+            await lock.__aexit__(*sys.exc_info())
+            raise
+        if isinstance(result, StreamingHttpResponse):
+            return self._keep(lock, result)
+        try:
+            await lock.arelease()
+        except LockBackendError as error:
+            self._release_failed(lock, error)
+        return result
+
+    def _keep(self, lock: Lock, result: Any) -> Any:
+        """Keep the call's hold until ``result`` (a streamed response, or a coroutine that a
+        callable not seen as async returned) has done its work."""
+        hold = lock._current_hold()
+        if hold is None:  # (nothing to keep: release as usual, which says why)
+            self._release(lock, lock.release)
+            return result
+        kept = KeptHold(lock, hold, self.label)
+        if isinstance(result, StreamingHttpResponse):
+            return keep_until_streamed(result, kept)
+        return keep_until_done(result, kept)
+
+    def _release(self, lock: Lock, release: Callable[[], None]) -> None:
+        try:
+            release()
+        except LockBackendError as error:
+            self._release_failed(lock, error)
+
+    def _release_failed(self, lock: Lock, error: LockBackendError) -> None:
+        # The call is done; the lock expires by its TTL. Its result stands.
+        logger.warning("release: lock %r after %s failed: %s", lock.name, self.label, error)
+
+    def _policy(self) -> OnRedisError:
+        return self.on_redis_error or get_config().on_redis_error
+
+    def _log_redis_error(self, error: Exception, lock: Lock, *, opened: bool) -> None:
+        if opened:
+            logger.warning(
+                "acquire: lock %r for %s failed (%s); running without it (fail_open)",
+                lock.name,
+                self.label,
+                error,
+            )
+        else:
+            logger.error(
+                "acquire: lock %r for %s failed (%s); not running (fail_closed)",
+                lock.name,
+                self.label,
+                error,
+            )
+
+    def _redis_failed(
+        self, error: Exception, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if self._policy() == "fail_open":
+            self._log_redis_error(error, lock, opened=True)
+            return self.func(*args, **kwargs)
+        self._log_redis_error(error, lock, opened=False)
+        if request_of(args) is not None:
+            return response(
+                get_config().view_redis_error_status,
+                "The lock service is unavailable. Please retry later.",
+                retry_after=1,
+            )
+        raise error
+
+    def _contended(
+        self, error: LockNotAcquired, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        logger.info("acquire: lock %r for %s is taken: already running", lock.name, self.label)
+        if callable(self.on_contention):
+            return self.on_contention(error, *args, **kwargs)
+        retry_after = retry_after_seconds(error)
+        if request_of(args) is not None:
+            return response(
+                get_config().view_contention_status,
+                "This resource is busy: another request holds its lock. Please retry later.",
+                retry_after=retry_after,
+            )
+        if self.on_contention == "skip":
+            return self.skip_result
+        if self.on_contention == "retry":
+            return retry_later(
+                error,
+                args,
+                kwargs,
+                name=lock.name,
+                label=self.label,
+                skip_result=self.skip_result,
+                retry_after=retry_after,
+            )
+        raise error

@@ -1,0 +1,151 @@
+"""A decorated call's hold kept past the call, for work its result does later.
+
+A view that returns a streamed response (``StreamingHttpResponse``, ``FileResponse``) returns
+before its body is produced: the server iterates the response afterwards, then closes it
+(WSGI servers must call ``close()``; Django's ASGI handler and test clients do too). The hold
+is therefore kept until the stream ends, and released once, by whichever comes first:
+
+- the end of the content's iteration: exhausted, raised, or closed early (a client that went
+  away). The content is wrapped as Django's own middleware wraps it, by setting
+  ``streaming_content``; the wrapper closes what it wraps before releasing, so a generator's
+  own clean-up still runs under the lock;
+- ``response.close()``: a closer is added to the response's resource closers, after those
+  of its content, for a response that is closed without being iterated (or whose file
+  goes to ``wsgi.file_wrapper``: a FileResponse's file is left for it, so sendfile still
+  works, and the lock is released when the response is closed).
+
+A coroutine returned by a callable that is not recognised as async (an object with an
+``async def __call__``) is kept the same way, until it finishes.
+
+The release may come from another thread or task than the one that took the lock (Django's
+ASGI handler closes responses in a thread; a WSGI server serving an async view consumes its
+async iterator in an event loop of its own), so it is made for the hold itself, not for the
+current owner. Renewal goes on while the owner that took the lock (the thread, or the asyncio
+task, that ran the view) lives, as for any hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import Any, TypeVar
+
+from django.http import StreamingHttpResponse
+
+from django_redis_locks.core.errors import LockBackendError, LockLost
+from django_redis_locks.core.lock import Lock
+from django_redis_locks.core.runtime.driver import adrive, drive
+from django_redis_locks.core.runtime.holds import Hold
+
+__all__ = ["KeptHold", "keep_until_done", "keep_until_streamed"]
+
+logger = logging.getLogger("django_redis_locks.decorators")
+
+T = TypeVar("T")
+
+
+class KeptHold:
+    """One call's hold, released once (from any thread or task) when its result is done."""
+
+    def __init__(self, lock: Lock, hold: Hold, label: str) -> None:
+        self.lock = lock  # kept alive with the hold: a collected Lock is no longer renewed
+        self.hold = hold
+        self.label = label
+        self._mutex = threading.Lock()
+        self._released = False
+
+    def _claim(self) -> bool:
+        with self._mutex:
+            if self._released:
+                return False
+            self._released = True
+            return True
+
+    def release(self, error: BaseException | None = None, *, at_end: bool = False) -> None:
+        """Release the hold, if no one did yet. ``error``: what ended the work (the release
+        failing is noted on it). ``at_end``: the work finished normally, so a hold lost
+        meanwhile raises LockLost, as a decorated call does; otherwise it is logged."""
+        if not self._claim():
+            return
+        try:
+            drive(self.lock._release(self.hold), self.hold.backend)
+        except (LockLost, LockBackendError) as failure:
+            self._failed(failure, error, at_end)
+
+    async def arelease(self, error: BaseException | None = None, *, at_end: bool = False) -> None:
+        """:meth:`release` from asyncio code."""
+        if not self._claim():
+            return
+        try:
+            await adrive(self.lock._release(self.hold), self.hold.backend)
+        except (LockLost, LockBackendError) as failure:
+            self._failed(failure, error, at_end)
+
+    def close(self) -> None:
+        """A response closer: release, logging a failure (close() must not raise)."""
+        self.release()
+
+    def _failed(
+        self, failure: LockLost | LockBackendError, error: BaseException | None, at_end: bool
+    ) -> None:
+        if at_end and error is None and isinstance(failure, LockLost):
+            raise failure
+        # A failed release is sent again in the background; a lost hold is past helping.
+        logger.warning("release: lock %r after %s failed: %s", self.lock.name, self.label, failure)
+        if error is not None:
+            error.add_note(
+                f"django-redis-locks: releasing {self.lock.name!r} also failed: {failure}"
+            )
+
+
+def keep_until_streamed(response: StreamingHttpResponse, kept: KeptHold) -> StreamingHttpResponse:
+    """Keep ``kept`` until ``response`` is streamed or closed (see the module doc)."""
+    if getattr(response, "file_to_stream", None) is None:
+        content: Any = response._iterator  # type: ignore[attr-defined]
+        response.streaming_content = (
+            _held_async(content, kept) if response.is_async else _held(content, kept)
+        )
+    response._resource_closers.append(kept.close)  # type: ignore[attr-defined]
+    return response
+
+
+async def keep_until_done(awaitable: Awaitable[T], kept: KeptHold) -> T:
+    """Await ``awaitable``, then release ``kept``."""
+    try:
+        result = await awaitable
+    except BaseException as error:
+        await kept.arelease(error)
+        raise
+    await kept.arelease(at_end=True)
+    return result
+
+
+def _held(content: Iterator[Any], kept: KeptHold) -> Iterator[Any]:
+    try:
+        yield from content  # (closing this closes the content first)
+    except GeneratorExit:
+        kept.release()
+        raise
+    except BaseException as error:
+        kept.release(error)
+        raise
+    kept.release(at_end=True)
+
+
+async def _held_async(content: AsyncIterator[Any], kept: KeptHold) -> AsyncIterator[Any]:
+    try:
+        async for part in content:
+            yield part
+    except GeneratorExit:
+        try:
+            aclose = getattr(content, "aclose", None)
+            if aclose is not None:  # its clean-up runs under the lock, as for a sync one
+                await aclose()
+        finally:
+            await kept.arelease()
+        raise
+    except BaseException as error:
+        await kept.arelease(error)
+        raise
+    await kept.arelease(at_end=True)

@@ -1,0 +1,64 @@
+"""Holder metadata is stored as strict JSON, whatever the caller passes: what cannot be
+stored so is refused when the lock is made, and what can (control characters included)
+is read back as given."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+import redis
+
+from django_redis_locks import InvalidArgument, Lock, Semaphore
+from django_redis_locks.core import Backend
+from django_redis_locks.core.protocol.holder import check_metadata, metadata_json
+from django_redis_locks.core.registry import get_lock
+
+
+def _strict(text: str) -> Any:
+    """JSON as the standard has it: NaN and Infinity are not JSON."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"ratio": math.nan},
+        {"limit": math.inf},
+        {"limit": -math.inf},
+        {"nested": {"values": [1.0, math.nan]}},
+    ],
+    ids=["nan", "inf", "-inf", "nested"],
+)
+def test_metadata_that_is_not_json_is_refused(backend: Backend, metadata: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument, match="metadata"):
+        Lock("nan", client=backend, metadata=metadata)
+    with pytest.raises(InvalidArgument, match="metadata"):
+        Semaphore("nan", 2, client=backend, metadata=metadata)
+    with pytest.raises(InvalidArgument, match="metadata"):
+        check_metadata(metadata)
+
+
+def test_what_is_accepted_is_stored_as_strict_json(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """Control characters in a label (a newline, an escape sequence, NUL) are JSON-escaped
+    when stored and come back as given; showing them safely is the reader's job (the
+    listing commands escape them for terminals, templates for HTML)."""
+    label = "nightly\n\x1b[2J\x00\u202eexport"
+    metadata = {"label": label, "ratio": 0.5, "big": 1e308}
+    assert _strict("{" + metadata_json(metadata) + "}") == metadata
+    lock = Lock("strict-json", client=backend, timeout=10, metadata=metadata)
+    with lock:
+        raw = redis_client.hget(lock._keys_for(backend).lock, "meta")
+        assert isinstance(raw, bytes)
+        stored = _strict(raw.decode())
+        assert stored["label"] == label
+        info = get_lock("strict-json", client=backend)
+        assert info is not None and info.label == label

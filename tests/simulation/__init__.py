@@ -1,0 +1,1 @@
+"""Deterministic simulation of the lock and semaphore protocol on the real scripts."""

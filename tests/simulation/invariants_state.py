@@ -1,0 +1,186 @@
+"""Invariants of the server's state alone (one snapshot): expiries, and the hygiene of the
+protocol's keys (what one key lists, the keys that go with it list too).
+
+Each check is a function named after the promise; it returns the violations it found.
+"""
+
+from __future__ import annotations
+
+from .world import Snapshot
+
+Found = list[tuple[str, str]]  # (invariant, detail)
+
+
+def keys_expire(snap: Snapshot) -> Found:
+    """Every key of the protocol has an expiry (in virtual time), and Redis itself never
+    expires one (the simulation keeps them PERSISTed)."""
+    found: Found = []
+    for key, state in snap.keys.items():
+        if state.expiry_ms is None:
+            found.append(("keys_expire", f"{key} ({state.kind}) has no expiry"))
+        elif state.real_pttl != -1:
+            found.append(("keys_expire", f"{key} has a real TTL {state.real_pttl}"))
+    return found
+
+
+def keys_outlive_contents(snap: Snapshot) -> Found:
+    """A key lives at least as long as what it holds: the lock hash its live hold, the
+    holders key its live holders, the info key its holders and waiters, queue keys their
+    leases, registry keys their entries."""
+    found: Found = []
+    now = snap.now_ms
+    for key, state in snap.keys.items():
+        part, need = snap.part(key), 0.0
+        if part == "lock" and state.fields and state.fields[0]:
+            need = float(state.fields[1] or 0)
+        elif part in ("sem", "lockl", "semw", "reg:expiry"):
+            need = max(state.scores.values(), default=0.0)
+        if part == "semi":  # its h: records live as long as the holders, w: as the leases
+            holders = snap.keys.get(key.replace(":semi:", ":sem:", 1))
+            leases = snap.keys.get(key.replace(":semi:", ":semw:", 1))
+            need = max(
+                (*(holders.scores.values() if holders else ()),
+                 *(leases.scores.values() if leases else ())),
+                default=0.0,
+            )  # fmt: skip
+        if part in ("lockq", "lockw"):
+            leases = snap.keys.get(key.replace(f":{part}:", ":lockl:", 1))
+            need = max(leases.scores.values(), default=0.0) if leases else 0.0
+        if part == "semq":
+            leases = snap.keys.get(key.replace(":semq:", ":semw:", 1))
+            need = max(leases.scores.values(), default=0.0) if leases else 0.0
+        if part == "reg:names":
+            other = snap.keys.get(key.replace("reg:names", "reg:expiry"))
+            need = max(other.scores.values(), default=0.0) if other else 0.0
+        if need > now and state.expiry_ms is not None and state.expiry_ms < need:
+            found.append(
+                (
+                    "keys_outlive_contents",
+                    f"{key} expires at t+{state.expiry_ms - now} ms, before what it holds "
+                    f"(t+{need - now:.0f} ms)",
+                )
+            )
+    return found
+
+
+def registry_covers_holds(snap: Snapshot) -> Found:
+    """Every live hold is listed in its bucket's registry until at least its expiry."""
+    found: Found = []
+    now = snap.now_ms
+    for key, state in snap.keys.items():
+        part = snap.part(key)
+        if part == "lock" and state.fields and state.fields[0]:
+            need, member = float(state.fields[1] or 0), "lock:" + key.split(":lock:", 1)[1]
+        elif part == "sem":
+            need, member = (
+                max(state.scores.values(), default=0.0),
+                "sem:" + key.split(":sem:", 1)[1],
+            )
+        else:
+            continue
+        if need <= now:
+            continue
+        registry = snap.keys.get(key.split("}:", 1)[0] + "}:reg:expiry")
+        listed = registry.scores.get(member) if registry else None
+        if listed is None or listed < need:
+            found.append(
+                (
+                    "registry_covers_holds",
+                    f"{member} is held until t+{need - now:.0f} ms but listed "
+                    f"{'not at all' if listed is None else f'until t+{listed - now:.0f} ms'}",
+                )
+            )
+    return found
+
+
+def nothing_left(snap: Snapshot) -> Found:
+    """After every client stopped and every hold, lease and RETENTION_MS passed, nothing of
+    the protocol is left in Redis."""
+    return [
+        ("nothing_left", f"{key} ({state.kind}) is still there") for key, state in snap.keys.items()
+    ]
+
+
+def _sibling(snap: Snapshot, key: str, part: str, other: str) -> dict[str, float]:
+    return snap.holders(key.replace(f":{part}:", f":{other}:", 1))
+
+
+def lock_queue_consistent(snap: Snapshot) -> Found:
+    """A lock's queue, waiter records and leases list the same tokens: a waiter that leaves
+    the queue (confirmed, gave up, or its lease ran out) leaves all three (lib/lock)."""
+    found: Found = []
+    for key in snap.keys:
+        if snap.part(key) != "lockq":
+            continue
+        queued = set(snap.holders(key))
+        leased = set(_sibling(snap, key, "lockq", "lockl"))
+        records = snap.keys.get(key.replace(":lockq:", ":lockw:", 1))
+        recorded = set(records.names) if records else set()
+        if not queued == leased == recorded:
+            found.append(("lock_queue_consistent", _differ(key, queued, leased, recorded)))
+    for key in snap.keys:  # leases or records of a queue that is not there
+        part = snap.part(key)
+        if part in ("lockl", "lockw") and key.replace(f":{part}:", ":lockq:", 1) not in snap.keys:
+            found.append(("lock_queue_consistent", f"{key} outlives its queue"))
+    return found
+
+
+def semaphore_records_consistent(snap: Snapshot) -> Found:
+    """Every semaphore holder (live or not yet pruned) has its h:<token> record in the info
+    hash and every record a holder; every queued token has its lease and w:<token> record,
+    and every lease and w: record a queued token (lib/semaphore)."""
+    found: Found = []
+    for key, state in snap.keys.items():
+        if snap.part(key) != "semi":
+            continue
+        holders = set(_sibling(snap, key, "semi", "sem"))
+        queued = set(_sibling(snap, key, "semi", "semq"))
+        leased = set(_sibling(snap, key, "semi", "semw"))
+        held = {n[2:] for n in state.names if n.startswith("h:")}
+        waiting = {n[2:] for n in state.names if n.startswith("w:")}
+        if holders != held:
+            found.append(("semaphore_records_consistent", _differ(key, holders, held)))
+        if not queued == leased == waiting:
+            found.append(("semaphore_records_consistent", _differ(key, queued, leased, waiting)))
+    for key in snap.keys:  # holders, queue or leases without the info hash
+        part = snap.part(key)
+        if part in ("sem", "semq", "semw") and key.replace(f":{part}:", ":semi:", 1) not in (
+            snap.keys
+        ):
+            found.append(("semaphore_records_consistent", f"{key} has no info hash"))
+    return found
+
+
+def registry_consistent(snap: Snapshot) -> Found:
+    """A bucket's registry lists the same members in its name list and its expiry list
+    (lib/registry: an entry is added, pruned and removed in both)."""
+    found: Found = []
+    for key in snap.keys:
+        if snap.part(key) == "reg:names":
+            names = set(snap.holders(key))
+            expiry = set(snap.holders(key.replace("reg:names", "reg:expiry")))
+            if names != expiry:
+                found.append(("registry_consistent", _differ(key, names, expiry)))
+        elif snap.part(key) == "reg:expiry" and key.replace("reg:expiry", "reg:names") not in (
+            snap.keys
+        ):
+            found.append(("registry_consistent", f"{key} has no name list"))
+    return found
+
+
+def _differ(key: str, first: set[str], *others: set[str]) -> str:
+    every = first.union(*others)
+    odd = sorted(t[:8] for t in every if not all(t in s for s in (first, *others)))
+    return f"{key}: the lists differ in {', '.join(odd)}"
+
+
+def state_invariants(snap: Snapshot) -> Found:
+    """Every per-step check of this module."""
+    return (
+        keys_expire(snap)
+        + keys_outlive_contents(snap)
+        + registry_covers_holds(snap)
+        + lock_queue_consistent(snap)
+        + semaphore_records_consistent(snap)
+        + registry_consistent(snap)
+    )

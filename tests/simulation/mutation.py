@@ -1,0 +1,326 @@
+"""Mutation run over the Lua scripts: how many protocol mutants the simulation and the suite kill.
+
+Run:  .venv/bin/python -m tests.simulation.mutation [--limit N] [--seeds S] [--seed G]
+      [--jobs J] [--out test-artifacts/mutation.json]
+
+``--limit`` valid mutants (default 64) are drawn deterministically (generator seed ``--seed``)
+from every comparison, whole-statement ``redis.call``, numeric constant, reply code and
+``and``/``or`` in the code (never in comments) of the lock/semaphore scripts and lib helpers,
+spread over the files and kinds. A mutant that does not compile (SCRIPT LOAD) is 'invalid', one
+of a lib definition no script pastes in is 'unused'; both are replaced by the next candidate.
+Each mutant runs in subprocesses that read the scripts from a temporary copy (this module,
+imported with DRL_MUTANT_SCRIPTS=<dir>, replaces ``scripting._read``; the package's files are
+never written): first ``--seeds`` simulation histories (default 300, stopping at the first
+violation), then, if none, a fast set of core scenario tests. A violation, a failing test, a
+crash or a timeout kills the mutant. The JSON summary lists each survivor's diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import io
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from django_redis_locks.core.protocol import scripting
+
+ENV = "DRL_MUTANT_SCRIPTS"
+_LIVE: set[int] = set()  # process groups of the running subprocesses
+SCRIPTS = Path(scripting.__file__).parent / "scripts"
+TARGETS = ["lock_acquire", "lock_release", "lock_extend", "sem_acquire", "sem_release"]
+TARGETS += ["sem_refresh", "lib/gone", "lib/lock", "lib/registry", "lib/semaphore"]
+SUITE = [f"tests/core/test_{n}.py" for n in ("lock", "semaphore", "lock_queue", "resends")]
+SUITE += ["tests/core/test_fencing.py", "tests/core/test_handover_turns.py"]
+_STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_FLIP = {">": ">=", ">=": ">", "<": "<=", "<=": "<", "==": "~=", "~=": "=="}
+_PATTERNS = {  # kind -> (regex on the code with strings masked, replacement of the match)
+    "compare": (re.compile(r">=|<=|~=|==|(?<![<>=~])[<>](?!=)"), lambda m: _FLIP[m[0]]),
+    "logic": (re.compile(r"\b(?:and|or)\b"), lambda m: "or" if m[0] == "and" else "and"),
+    "reply": (re.compile(r"(?<=return )[01]\b|(?<=\{)[01](?=,)"), lambda m: str(1 - int(m[0]))),
+    "constant": (
+        re.compile(r"(?<![\w.\[{])(?<!return )(?<!\{-)\d+(?![\w.\]])"),
+        lambda m: str(int(m[0]) + 1),
+    ),
+}
+
+
+def _install(directory: str) -> None:
+    """Make this process read the scripts from ``directory`` (a mutant's copy)."""
+
+    def read(*parts: str) -> str:
+        return Path(directory, *parts).read_text("utf-8")
+
+    scripting._read = read
+    scripting._CACHE.clear()
+
+
+if os.environ.get(ENV):  # a run's subprocess: imported by ``-p`` or ``-m``, before any load
+    _install(os.environ[ENV])
+
+
+@dataclass
+class Mutant:
+    file: str  # e.g. "lib/lock.lua"
+    line: int  # 1-based
+    kind: str
+    before: str
+    after: str
+    outcome: str = ""  # killed_simulation, killed_suite, survived
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def _code(line: str) -> str:
+    """``line`` with string contents masked and any comment blanked (same length)."""
+    masked = _STRING.sub(lambda m: m[0][0] + "x" * (len(m[0]) - 2) + m[0][-1], line)
+    cut = masked.find("--")
+    return masked if cut < 0 else masked[:cut] + " " * (len(masked) - cut)
+
+
+def candidates(seed: int) -> list[Mutant]:
+    """Every mutation site, ordered round-robin over files and kinds after a seeded shuffle."""
+    rng = random.Random(seed)
+    per_file: list[list[list[Mutant]]] = []
+    for target in TARGETS:
+        lines = (SCRIPTS / f"{target}.lua").read_text("utf-8").splitlines()
+        kinds: dict[str, list[Mutant]] = {}
+        for number, line in enumerate(lines, 1):
+            code = _code(line)
+            found = kinds.setdefault("drop", [])
+            statement = code.strip()
+            if statement.startswith("redis.call(") and statement.endswith(")"):
+                indent = line[: len(line) - len(line.lstrip())]
+                found.append(
+                    Mutant(f"{target}.lua", number, "drop", line, indent + "local _ = nil")
+                )
+            for kind, (pattern, replace) in _PATTERNS.items():
+                for match in pattern.finditer(code):
+                    after = line[: match.start()] + replace(match) + line[match.end() :]
+                    kinds.setdefault(kind, []).append(
+                        Mutant(f"{target}.lua", number, kind, line, after)
+                    )
+        groups = [sorted(group, key=lambda _: rng.random()) for group in kinds.values() if group]
+        per_file.append(sorted(groups, key=lambda _: rng.random()))
+    return _round_robin([_round_robin(groups) for groups in per_file])
+
+
+def _round_robin(groups: list[list[Mutant]]) -> list[Mutant]:
+    longest = max((len(group) for group in groups), default=0)
+    return [group[i] for i in range(longest) for group in groups if i < len(group)]
+
+
+def _files() -> dict[str, str]:
+    return {str(p.relative_to(SCRIPTS)): p.read_text("utf-8") for p in SCRIPTS.rglob("*.lua")}
+
+
+def _mutated(files: dict[str, str], mutant: Mutant) -> dict[str, str]:
+    lines = files[mutant.file].split("\n")
+    assert lines[mutant.line - 1] == mutant.before
+    lines[mutant.line - 1] = mutant.after
+    return {**files, mutant.file: "\n".join(lines)}
+
+
+def _expanded(files: dict[str, str]) -> dict[str, str]:
+    """Every top-level script as ``load`` would build it from ``files`` (in this process)."""
+    original = scripting._read
+    scripting._read = lambda *parts: files["/".join(parts)]
+    try:
+        names = [name[:-4] for name in files if "/" not in name]
+        return {name: scripting._expand(files[f"{name}.lua"]) for name in names}
+    finally:
+        scripting._read = original
+
+
+def _run(command: list[str], env: dict[str, str], timeout: float, root: str) -> tuple[int, str]:
+    """Run ``command`` in its own process group; on timeout end that group. Returns rc, tail."""
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        cwd=root,
+    )
+    _LIVE.add(proc.pid)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # end the subprocess (its servers die with it)
+        _end(proc.pid)
+        proc.communicate()
+        return -1, "timeout"
+    finally:
+        _LIVE.discard(proc.pid)
+    lines = [line for line in out.splitlines() if line.strip()]
+    return proc.returncode, " | ".join(lines[-3:])[-400:]
+
+
+def _end(group: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def snapshot(rev: str) -> tuple[str, str]:
+    """The tests (and pytest's config) as committed at ``rev``, in a temporary directory: what
+    the subprocesses run, so that edits made meanwhile in the work tree do not change a run."""
+    root, commit = tempfile.mkdtemp(prefix="drl-mutation-"), _git("rev-parse", rev).decode().strip()
+    with tarfile.open(fileobj=io.BytesIO(_git("archive", commit, "tests", "pyproject.toml"))) as t:
+        t.extractall(root, filter="data")
+    shutil.copy(__file__, Path(root, "tests", "simulation", "mutation.py"))  # this version
+    return root, commit
+
+
+def _git(*args: str) -> bytes:
+    return subprocess.run(["git", *args], check=True, capture_output=True).stdout
+
+
+def evaluate(mutant: Mutant, files: dict[str, str], seeds: int, root: str) -> Mutant:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="drl-mutant-") as directory:
+        for name, text in _mutated(files, mutant).items():
+            (Path(directory) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(directory) / name).write_text(text, "utf-8")
+        env = {**os.environ, ENV: directory, "PYTHONDONTWRITEBYTECODE": "1"}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        command = [sys.executable, "-m", "tests.simulation.mutation", "--simulate", str(seeds)]
+        rc, tail = _run(command, env, 180, root)
+        if rc != 0:
+            mutant.outcome, mutant.reason = "killed_simulation", tail
+        else:
+            pytest = [sys.executable, "-m", "pytest", *SUITE, "-x", "-q", "-p", "no:randomly"]
+            rc, tail = _run([*pytest, "-p", "tests.simulation.mutation"], env, 240, root)
+            mutant.outcome = "survived" if rc == 0 else "killed_suite"
+            mutant.reason = "" if rc == 0 else tail
+    mutant.seconds = round(time.monotonic() - started, 1)
+    return mutant
+
+
+def simulate(count: int) -> int:
+    """The subprocess side: ``count`` histories on the scripts of $DRL_MUTANT_SCRIPTS."""
+    from tests.harness.servers import RedisServer
+    from tests.simulation.config import DEFAULT_STEPS, SimConfig
+    from tests.simulation.shrink import run_history
+
+    server = RedisServer()
+    server.start()
+    try:
+        with server.client(socket_timeout=10) as client:
+            for seed in range(count):
+                history = run_history(client, SimConfig.draw(seed, DEFAULT_STEPS))
+                if history.failed:
+                    print(f"seed {seed}: {history.violations[0]}"[:300])
+                    return 1
+    finally:
+        server.stop()
+    print(f"{count} histories: no violation")
+    return 0
+
+
+def select(files: dict[str, str], seed: int, limit: int) -> tuple[list[Mutant], dict[str, int]]:
+    """The first ``limit`` candidates that compile and change some script."""
+    import redis
+
+    from tests.harness.servers import RedisServer
+
+    original, chosen = _expanded(files), list[Mutant]()
+    skipped = {"invalid": 0, "unused": 0}
+    server = RedisServer()
+    server.start()
+    try:
+        with server.client() as client:
+            for mutant in candidates(seed):
+                if len(chosen) >= limit:
+                    break
+                built = _expanded(_mutated(files, mutant)).items()
+                changed = {name: s for name, s in built if s != original[name]}
+                try:
+                    for source in changed.values():
+                        client.script_load(source)
+                except redis.ResponseError:
+                    skipped["invalid"] += 1
+                    continue
+                if not changed:
+                    skipped["unused"] += 1
+                    continue
+                chosen.append(mutant)
+    finally:
+        server.stop()
+    return chosen, skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--limit", type=int, default=64, help="valid mutants to run")
+    parser.add_argument("--seeds", type=int, default=300, help="simulation histories per mutant")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the mutant draw")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants run at once")
+    parser.add_argument("--out", default="test-artifacts/mutation.json")
+    parser.add_argument("--rev", default="HEAD", help="commit whose tests judge the mutants")
+    parser.add_argument("--simulate", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.simulate is not None:
+        return simulate(args.simulate)
+    files, (root, commit) = _files(), snapshot(args.rev)
+    line = files["lock_acquire.lua"].split("\n")[0]
+    baseline = evaluate(Mutant("lock_acquire.lua", 1, "none", line, line), files, args.seeds, root)
+    if baseline.outcome != "survived":  # the unmutated scripts must pass, or nothing counts
+        print(f"the unmutated scripts fail: {baseline.reason}", file=sys.stderr)
+        return 2
+    mutants, skipped = select(files, args.seed, args.limit)
+    started, done = time.monotonic(), 0
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(evaluate, m, files, args.seeds, root) for m in mutants]
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                m, done = future.result(), done + 1
+                print(
+                    f"[{done}/{len(mutants)}] {m.outcome:17} {m.file}:{m.line} {m.kind}: "
+                    f"{m.before.strip()} -> {m.after.strip()} ({m.seconds} s)",
+                    flush=True,
+                )
+        except KeyboardInterrupt:
+            for future in futures:
+                future.cancel()
+            for group in list(_LIVE):
+                _end(group)
+            raise
+    count = {o: sum(m.outcome == o for m in mutants) for o in ("killed_simulation", "killed_suite")}
+    survivors = [m for m in mutants if m.outcome == "survived"]
+    summary = {
+        "generated": len(mutants) + sum(skipped.values()),
+        **skipped,
+        "valid": len(mutants),
+        **count,
+        "survived": len(survivors),
+        "kill_rate": round(1 - len(survivors) / max(len(mutants), 1), 3),
+        "histories_per_mutant": args.seeds,
+        "tests_at": commit,
+        "seconds": round(time.monotonic() - started),
+        "survivors": [
+            {k: asdict(m)[k] for k in ("file", "line", "kind", "before", "after")}
+            for m in survivors
+        ],
+        "mutants": [asdict(m) for m in mutants],
+    }
+    shutil.rmtree(root)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
+    print(json.dumps({k: v for k, v in summary.items() if k != "mutants"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
