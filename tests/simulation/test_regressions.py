@@ -94,34 +94,21 @@ def test_history_of_the_third_long_run(sim_client: redis.Redis, seed: int, broke
     assert not history.failed, history.report()
 
 
-#: Found by the failover run (seeds 700,000-704,999), the check's: after a failover the
-#: replica still had the queue place of a semaphore holder whose confirmation it lost; the
-#: holder's renewal (sem_refresh) then changed the expiry of a token that was both holding and
-#: queued, which handed_to_live_waiter took for an admission to a dead place. Only acquires
-#: and releases hand over or admit now. (seed)
-FOUND_FAILOVER = [703732]
+#: Found by the failover run (seeds 700,000-705,499). Seed 703732 was the check's: after a
+#: failover the replica still had the queue place of a semaphore holder whose confirmation it
+#: lost; the holder's renewal (sem_refresh) then changed the expiry of a token that was both
+#: holding and queued, which handed_to_live_waiter took for an admission to a dead place. Only
+#: acquires and releases hand over or admit now. Seed 705154: a failover restored queue places
+#: so that the token a release had handed the lock to was no longer first in the queue; its
+#: holder's clean-up released the unconfirmed hand-over, and lock_release, which took the
+#: holder out of the queue only when it was the head, left the token queued
+#: (released_token_gone): no two holders, but the place cost the waiters behind it up to its
+#: lease and a hand-over window. lock_release now takes the holder out wherever it is. (seed)
+FOUND_FAILOVER = [703732, 705154]
 
 
 @pytest.mark.parametrize("seed", FOUND_FAILOVER)
 def test_history_of_the_failover_run(sim_client: redis.Redis, seed: int) -> None:
-    config = SimConfig.draw(seed, late=True, replace_extend=True, failover=True)
-    history = run_history(sim_client, config)
-    assert not history.failed, history.report()
-
-
-#: Found by the same failover run, open: a failover restored queue places so that the token a
-#: release had handed the lock to was no longer first in the queue; its holder's clean-up
-#: released the unconfirmed hand-over, and lock_release, which takes the holder out of the
-#: queue only when it is the head, left the token queued (released_token_gone). No two
-#: holders: the place costs the waiters behind it up to its lease and a hand-over window.
-#: Kept as an expected failure until lock_release takes the holder out wherever it is (a
-#: script change, which goes through the long run first). (seed)
-OPEN_FAILOVER = [705154]
-
-
-@pytest.mark.xfail(strict=True, reason="open: found by the failover run, not fixed yet")
-@pytest.mark.parametrize("seed", OPEN_FAILOVER)
-def test_open_history_of_the_failover_run(sim_client: redis.Redis, seed: int) -> None:
     config = SimConfig.draw(seed, late=True, replace_extend=True, failover=True)
     history = run_history(sim_client, config)
     assert not history.failed, history.report()

@@ -1,6 +1,6 @@
 """The simulation tier: many seeded histories of the protocol, every invariant after every step.
 
-Default: DRL_SIM_HISTORIES histories (default 2,000) of DRL_SIM_STEPS steps (default 200).
+Default: DRL_SIM_HISTORIES histories (default 1,000) of DRL_SIM_STEPS steps (default 200).
 DRL_SIM_SEED=<n> replays one seed (with the narrowing a shrunk history's replay line gives);
 DRL_SIM_CLUSTER=1 makes every history's PUBLISH replies count 0 (a Cluster); DRL_SIM_LATE=0
 leaves out late copies of requests (see the README); DRL_SIM_FAILOVER=1 promotes a lagging
@@ -23,7 +23,7 @@ from .shrink import config_from_env, run_history, shrink
 
 pytestmark = pytest.mark.simulation
 
-DEFAULT_HISTORIES = 2000
+DEFAULT_HISTORIES = 1000
 #: How many failing histories a run reports in full (each is shrunk first).
 REPORTED = 3
 

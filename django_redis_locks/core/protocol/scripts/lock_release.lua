@@ -82,9 +82,10 @@ if held[7] then
     fields[#fields + 1] = held[7]
 end
 
+-- A hand-over released before it was confirmed leaves the queue, wherever its place is: the
+-- head, as a rule, or behind it where a failover restored places written before the hand-over.
 local head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
-if head == holder then  -- a hand-over released before it was confirmed: it leaves the queue
-    lock_dequeue(KEYS[2], KEYS[3], KEYS[4], holder)
+if head and lock_dequeue(KEYS[2], KEYS[3], KEYS[4], holder) and head == holder then
     head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
 end
 local slice_left = tonumber(held[4] or '0') - now_ms
