@@ -11,10 +11,11 @@ Backend is closed the connections are gone again (but for the wake-up listener's
 stops after 30 s idle).
 
 Places in the queue are leased for 60 s here instead of 3 s. While they wait, these 1,000
-callers re-ask about 1,800 times a second (a third of a core of this process, hiredis): on a
-CI machine running other suites beside this one, some of them fell more than 3 s behind and,
-as documented, lost their places and queued again at the back, so the order measured the
-machine's load. A place that lapses is tested on its own
+callers re-ask about 1,800 times a second for a semaphore, 900 for a lock (a third of a core
+of this process for the semaphore, with hiredis): on a CI machine running other suites beside
+this one, some of them fell more than 3 s behind and, as documented, lost their places and
+queued again at the back, so the order measured the machine's load. A place that lapses is
+tested on its own
 (``test_a_try_never_overtakes_a_queued_waiter_and_a_dead_ones_place_runs_out`` in
 tests/core/test_lock_queue.py, ``test_a_queued_waiter_that_does_not_come_back_loses_its_place``
 in tests/core/test_semaphore.py); here the order shows the hand-over itself.
@@ -60,8 +61,9 @@ OTHER_MASTER = 3
 LEASE_MS = 60_000
 #: The library's client's socket timeout (s), which is also how long a call waits for a free
 #: connection of a full pool: 500 threads share 100 connections, and on a machine that runs
-#: other suites beside this one a thread waited over 10 s for one (one run in four with two
-#: copies of this test beside four busy loops), which fails its acquire as documented.
+#: other suites beside this one a thread waited over 10 s for one (the semaphore variant, two
+#: runs in four with two copies of this test beside four busy loops), which fails its acquire
+#: as documented.
 SOCKET_TIMEOUT = 30
 
 
