@@ -29,6 +29,7 @@ from django_redis_locks.core.protocol.constants import HANDOVER_WINDOW_MS
 from django_redis_locks.core.runtime.holds import Hold
 
 from .config import DEFAULT_STEPS
+from .invariants import redis_keeps
 from .probe import PROBE
 from .world import Snapshot
 
@@ -220,12 +221,7 @@ class Failover:
             if self.excuses(hold):
                 continue  # lost by an earlier failover, and not told yet: still excused
             keys: Any = client.primitive._keys_for(client.process.backend)
-            if client.spec.kind == "lock":
-                held = snap.lock(keys.lock)
-                kept = held[1] if held is not None and held[0] == hold.token else None
-            else:
-                score = snap.holders(keys.holders).get(hold.token)
-                kept = None if score is None else int(score)
+            kept = redis_keeps(snap, client, hold.token)
             believed = hold.expires_at * 1000
             if kept is not None and believed <= kept + 0.5:
                 sim.faults["failover_hold_kept"] += 1

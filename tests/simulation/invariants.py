@@ -44,6 +44,17 @@ def _keys(client: Client) -> Any:
     return client.primitive._keys_for(client.process.backend)
 
 
+def redis_keeps(snap: Snapshot, client: Client, token: str) -> int | None:
+    """Until when (server ms) Redis keeps ``token``'s hold of ``client``'s name, by ``snap``;
+    None if it keeps none."""
+    keys = _keys(client)
+    if client.spec.kind == "lock":
+        held = snap.lock(keys.lock)
+        return held[1] if held is not None and held[0] == token else None
+    score = snap.holders(keys.holders).get(token)
+    return None if score is None else int(score)
+
+
 def _believes(sim: Simulation, client: Client, now_ms: int) -> bool:
     """Whether the client believes it holds, now, a hold no operator evicted (an evicted
     holder learns it at its next call or renewal: forced_told, forced_reported), and no
@@ -91,13 +102,7 @@ def belief_within_redis(sim: Simulation) -> Found:
         hold = client.hold
         if hold is None or not _believes(sim, client, now):
             continue
-        keys = _keys(client)
-        if client.spec.kind == "lock":
-            held = snap.lock(keys.lock)
-            kept = held[1] if held is not None and held[0] == hold.token else None
-        else:
-            score = snap.holders(keys.holders).get(hold.token)
-            kept = None if score is None else int(score)
+        kept = redis_keeps(snap, client, hold.token)
         believed = hold.expires_at * 1000
         if kept is None or believed > kept + 0.5:
             said = "nothing" if kept is None else f"until t+{kept - now} ms"
