@@ -1,6 +1,7 @@
 """The simulation tier: many seeded histories of the protocol, every invariant after every step.
 
-Default: DRL_SIM_HISTORIES histories (default 1,000) of DRL_SIM_STEPS steps (default 200).
+Default: DRL_SIM_HISTORIES histories (default 2,000) of DRL_SIM_STEPS steps (default 200), dealt
+to DRL_SIM_JOBS processes (default: one per core, at most 2), each with its own server.
 DRL_SIM_SEED=<n> replays one seed (with the narrowing a shrunk history's replay line gives);
 DRL_SIM_CLUSTER=1 makes every history's PUBLISH replies count 0 (a Cluster); DRL_SIM_LATE=0
 leaves out late copies of requests (see the README); DRL_SIM_FAILOVER=1 promotes a lagging
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
 
 import pytest
 import redis
@@ -19,11 +19,12 @@ import redis
 from .config import SimConfig, env_flag, env_int
 from .driver import History
 from .faults import FaultLog
+from .parallel import default_jobs, run_seeds
 from .shrink import config_from_env, run_history, shrink
 
 pytestmark = pytest.mark.simulation
 
-DEFAULT_HISTORIES = 1000
+DEFAULT_HISTORIES = 2000
 #: How many failing histories a run reports in full (each is shrunk first).
 REPORTED = 3
 
@@ -37,9 +38,10 @@ def _failure(client: redis.Redis, history: History) -> str:
     )
 
 
-#: The run's time limit: about 22 histories a second here, so half a second each leaves room
-#: for a slower machine (the suite's 120 s limit would cut the default run short; a quarter
-#: second cut a 3,000-history run short on a loaded 2-core machine doing 4 a second).
+#: The run's time limit: about 12 histories a second per process here, so half a second each
+#: (whatever the processes) leaves room for a slower machine (the suite's 120 s limit would cut
+#: the default run short; a quarter second cut a 3,000-history run short on a loaded 2-core
+#: machine doing 4 a second).
 RUN_TIMEOUT = max(120.0, env_int("DRL_SIM_HISTORIES", DEFAULT_HISTORIES) * 0.5)
 
 
@@ -68,23 +70,22 @@ def test_histories(sim_client: redis.Redis) -> None:
     first = env_int("DRL_SIM_FIRST", 0)
     steps_each = env_int("DRL_SIM_STEPS", 200)
     cluster = True if env_flag("DRL_SIM_CLUSTER") else None
-    faults, violations = FaultLog(), Counter[str]()
-    failed: list[History] = []
-    steps, started = 0, time.monotonic()
-    for seed in range(first, first + count):
-        history = run_history(sim_client, SimConfig.draw(seed, steps_each, cluster))
-        steps += history.steps
-        faults.update(history.faults)
-        if history.failed:
-            violations[history.violations[0].split(":", 1)[0]] += 1
-            failed.append(history)
+    jobs = default_jobs()
+    started = time.monotonic()
+    tally = run_seeds(first, count, steps_each, cluster, jobs, RUN_TIMEOUT - 30)
     elapsed = time.monotonic() - started
+    assert not tally.error, tally.error
+    assert tally.histories == count
     print(
-        f"\nsimulation: {count} histories, {steps} steps in {elapsed:.1f} s "
-        f"({count / elapsed:.1f} histories/s); {_failovers(faults)}"
-        f"faults injected: {faults.line()}; "
-        f"violations: {dict(violations) or 'none'}"
-        + (f"; failing seeds: {[h.config.seed for h in failed][:20]}" if failed else "")
+        f"\nsimulation: {count} histories, {tally.steps} steps in {elapsed:.1f} s "
+        f"({count / elapsed:.1f} histories/s, {jobs} processes); {_failovers(tally.faults)}"
+        f"faults injected: {tally.faults.line()}; "
+        f"violations: {dict(tally.violations) or 'none'}"
+        + (f"; failing seeds: {tally.failed[:20]}" if tally.failed else "")
     )
+    failed = [
+        run_history(sim_client, SimConfig.draw(seed, steps_each, cluster))
+        for seed in tally.failed[:REPORTED]
+    ]
     if failed:
         pytest.fail("".join(_failure(sim_client, h) for h in failed[:REPORTED]), pytrace=False)
