@@ -14,6 +14,14 @@ from tests.harness import clients
 
 pytest_plugins = ["tests.harness.plugin"]
 
+#: Run first: the longest single test (the simulation's histories), so that with several
+#: workers (bin/test) it does not start last and hold up the end of the run.
+FIRST = ("tests/simulation/test_simulation.py",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(FIRST))  # (a stable sort)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _django_on_test_redis(redis_server: Any) -> Iterator[None]:

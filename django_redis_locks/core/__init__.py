@@ -23,7 +23,8 @@ Never imports Django. The module map (each package groups what changes together)
       driver             runs an operation's effects (Eval, Listen, Wait, Detach) sync or async
       acquiring          the acquire loop, written once as a generator of effects
       holds              a hold and its lifecycle; ownership: threads, greenlets, tasks
-      renewal            the renewer: auto-renewal and the undo of unheard grants
+      renewal            the renewer's lanes: auto-renewal and the undo of unheard grants
+      renewal_work       what the renewer sends and what each reply means (no threads)
       deadlines,         acquire deadlines in server time; the client library's resends
       resends
       wakeup, waiters,   the per-process wake-up listener and the waiters it wakes
@@ -36,6 +37,7 @@ Never imports Django. The module map (each package groups what changes together)
       sentinels          twins), per kind of deployment
       libraries          redis-py and valkey-py; client_settings: settings carried over
       eviction           whether the server may evict keys
+      interruptions      a pooled connection a Ctrl-C left mid-call is never reused
 
 A blocked ``acquire()`` runs lock/semaphore -> primitive -> runtime.acquiring ->
 runtime.driver, which sends the protocol's calls through the connection's Backend and waits

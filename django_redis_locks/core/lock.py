@@ -236,17 +236,30 @@ class Lock(Primitive[LockKeys]):
         started = time.monotonic()
         if replace:
             # A shorter TTL takes effect once the script ran, whether or not its reply comes
-            # back: believe it from now on, and the reply (if any) tells the rest.
+            # back: believe it from now on, and the reply (if any) tells the rest. Renewals
+            # never shorten a hold: an auto-renewed one is topped up again by its next renewal,
+            # which must come before the shorter TTL ends.
             hold.extended(min(hold.expires_at, started + ms / 1000))
+            renewer().sooner(hold)
         hold.extends += 1  # numbered, so that a resent extend counts once
         call = protocol.extend_call(
             hold.keys, hold.token, ms, "set" if replace else "add", _MAX_TTL_MS, seq=hold.extends
         )
-        reply = yield Eval(call)
+        try:
+            reply = yield Eval(call)
+        except BaseException:
+            if replace:
+                # No reply: the script may have run after a renewal whose reply raised the
+                # belief meanwhile. Believe the shorter TTL again, in a new generation, so
+                # that no renewal sent before this point can raise it.
+                hold.extended(min(hold.expires_at, started + ms / 1000))
+                renewer().sooner(hold)
+            raise
         new_ttl_ms = replies.decode_renewal(reply)
         if new_ttl_ms is None:
             raise self._lost(hold, replies.loss_reason(int(reply[0])))
         hold.extended(started + new_ttl_ms / 1000)
+        renewer().sooner(hold)
         return new_ttl_ms / 1000
 
     def _state(self, backend: Backend, hold: Hold | None) -> Operation[protocol.LockState]:

@@ -35,7 +35,8 @@ from .runtime.acquiring import Keys, Outcome, Request, acquire_steps, lifetime
 from .runtime.driver import Detach, Eval, Operation, adrive, drive
 from .runtime.holds import Hold, HoldTable, State
 from .runtime.ownership import bound_to_caller, current_owner, owner_alive, owner_kind
-from .runtime.renewal import Renewal, renewer
+from .runtime.renewal import renewer
+from .runtime.renewal_work import Renewal
 from .validation import check_bool, check_name, check_ttl, check_wait
 
 __all__ = ["Primitive"]
@@ -292,16 +293,23 @@ class Primitive(Generic[K]):
     def _watch_copies(self, hold: Hold) -> None:
         """The hold is over for its owner: if a late copy of its acquire may still land (the
         acquire went out more than once), have the renewer undo it until no copy can (once;
-        see :mod:`.runtime.deadlines`)."""
+        see :mod:`.runtime.deadlines`). A hold that ended in Redis before its owner learned
+        it (lost: it expired, was removed, force-released; or it ran out unrenewed) ended at
+        a moment unknown: a copy may have landed since, within its deadline, and taken the
+        name or a place in the queue for the token, so the token is released at once, even
+        when no copy can land any more."""
         until, hold.copies_until = hold.copies_until, 0.0
-        if until > time.monotonic():
+        if not until:
+            return
+        unseen = hold.state is State.LOST or (hold.state is State.ENDED and not hold.release_sent)
+        if unseen or until > time.monotonic():
             renewer().watch(
                 hold.backend,
                 self._release_call(hold.keys, hold.token),
                 until,
                 lifetime(hold.ttl),
                 f"late copies of the acquire of {self.kind} {self.name!r}",
-                now=False,
+                now=unseen,
             )
 
     def _on_hold_lost(self, hold: Hold, reason: str) -> None:

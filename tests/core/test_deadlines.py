@@ -1,6 +1,6 @@
 """The pieces that bound late copies of an acquire, without a server: the deadline arithmetic
 (core/runtime/deadlines.py), the count of resends (core/runtime/resends.py) and the watch's replies
-(renewal.reclaim_replied on a Reclaim.watching)."""
+(renewal_work.reclaim_replied on a Reclaim.watching)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from django_redis_locks.core.runtime.deadlines import (
     request_window,
     server_ms,
 )
-from django_redis_locks.core.runtime.renewal import Reclaim, reclaim_replied
+from django_redis_locks.core.runtime.renewal_work import Reclaim, reclaim_replied
 from django_redis_locks.core.runtime.resends import counting
 
 

@@ -13,14 +13,16 @@ name (or a place in the queue) again, for a token nobody holds, for its TTL (lea
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from django_redis_locks.core import Lock, Semaphore
+from django_redis_locks.core import Lock, LockLost, Semaphore
 from django_redis_locks.core.protocol.scripting import load
+from django_redis_locks.core.registry import force_release
 from tests.harness.servers import wait_until
 from tests.helpers import Proxied, held_ttl_ms, is_held, proxied_backend
 
@@ -135,3 +137,92 @@ def test_a_late_copy_of_an_asyncio_acquire_is_undone(proxied: Proxied) -> None:
         what="the late copy's grant undone",
     )
     print(f"asyncio: late copy's grant undone {time.monotonic() - landed:.3f} s after it landed")
+
+
+def test_a_late_copy_landing_after_a_force_release_is_undone_when_its_holder_learns(
+    proxied: Proxied,
+) -> None:
+    """The hold ends in Redis (here an operator evicts it) before its owner knows; a late copy
+    of its resent ask lands in between and queues the token again, behind the slot's new
+    holder; the owner learns only after the copy's deadline, when no more copies can land.
+    Before the fix nothing was watched then, and the place stayed, for nobody, until its
+    lease ran out (3 s after the copy landed), holding up the waiters behind it; now learning
+    that a hold ended unseen takes its token out at once."""
+    semaphore = Semaphore("late-forced", 1, client=proxied.backend, timeout=30)
+    holder = Semaphore("late-forced", 1, client=proxied.backend, timeout=30)
+    newcomer = Semaphore("late-forced", 1, client=proxied.backend, timeout=30)
+    keys = semaphore._keys_for(proxied.backend)
+    held, queued = threading.Event(), threading.Event()
+
+    def hold_until_queued() -> None:
+        assert holder.acquire()
+        held.set()
+        queued.wait(timeout=5)
+        holder.release()
+
+    thread = threading.Thread(target=hold_until_queued)
+    thread.start()
+    assert held.wait(timeout=5)
+    withhold_next(proxied, "sem_acquire")
+    sent = time.monotonic()
+
+    def set_once_queued() -> None:
+        wait_until(lambda: proxied.direct.zcard(keys.queue) == 1, timeout=5, what="queued")
+        queued.set()
+
+    watcher = threading.Thread(target=set_once_queued)
+    watcher.start()
+    assert semaphore.acquire(timeout=5)  # its resent ask queued it; the release admitted it
+    watcher.join()
+    thread.join()
+    assert len(proxied.proxy.withheld) == 1
+    holder_id = semaphore.holder_id
+    assert holder_id is not None
+    assert force_release("late-forced", holder_id, kind="semaphore", client=proxied.backend)
+    assert newcomer.acquire(blocking=False)
+    time.sleep(max(0.0, sent + WINDOW - 0.3 - time.monotonic()))
+    proxied.proxy.deliver_withheld()  # just within its window: it queues the token again
+    landed = time.monotonic()
+    [place] = proxied.direct.zrange(keys.queue, 0, -1)
+    assert isinstance(place, bytes)
+    time.sleep(max(0.0, sent + WINDOW + 0.1 - time.monotonic()))  # no copy can land now
+    with pytest.raises(LockLost, match="force-released"):
+        semaphore.refresh()
+    learned = time.monotonic()
+    assert landed + 3.0 - learned > 2.0  # the place's lease has over 2 s left
+    wait_until(
+        lambda: proxied.direct.zscore(keys.queue, place) is None,
+        timeout=0.5,
+        what="the late copy's place taken out",  # kept until its lease ran out before
+    )
+    print(f"late copy's place taken out {time.monotonic() - learned:.3f} s after the loss")
+    newcomer.release()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a late copy of a force-released holder's acquire grants its token again",
+)
+def test_a_late_copy_landing_after_a_force_release_does_not_hide_the_eviction(
+    proxied: Proxied,
+) -> None:
+    """An outside review's finding, open: the holder is evicted by an operator, a newcomer
+    takes the name and gives it back, and then a late copy of the evicted holder's resent
+    acquire lands within its window: the script grants the free name to that token again (a
+    fresh fence), so the evicted holder's next check finds its token holding and never learns
+    of the eviction; its belief runs on across the newcomer's hold (its fence is older, so a
+    fenced write is still refused). The fix wanted: an acquire does not grant a token the
+    name's record lists as force-released (a script change, for the next long run)."""
+    lock = Lock("late-evicted", client=proxied.backend, timeout=30)
+    newcomer = Lock("late-evicted", client=proxied.backend, timeout=30)
+    withhold_next(proxied, "lock_acquire")
+    assert lock.acquire(blocking=False)  # the resend, on a new connection, got it
+    assert len(proxied.proxy.withheld) == 1
+    holder_id = lock.holder_id
+    assert holder_id is not None
+    assert force_release("late-evicted", holder_id, kind="lock", client=proxied.backend)
+    assert newcomer.acquire(blocking=False)
+    newcomer.release()
+    proxied.proxy.deliver_withheld()  # within its window
+    with pytest.raises(LockLost, match="force-released"):
+        lock.ensure_held()

@@ -195,6 +195,7 @@ def renew(sim: Simulation, renewal: Any) -> None:
     said = sim.renewer.renewed(renewal, generation, reply, sent_at)
     if not isinstance(reply, Exception) and hold.generation == generation:
         sim.failover.told(renewal.call)  # (its reply applied: the holder was told)
+        sim.checker.told(renewal.call, reply)
     sim.log(f"renew {renewal.label} (fence {hold.fence}) -> {reply!r}: {said}")
     sim.checker.forced_reported(hold)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
-from django_redis_locks.core.protocol.constants import HANDOVER_WINDOW_MS
+from django_redis_locks.core.protocol.constants import HANDOVER_WINDOW_MS, WAITER_LEASE_MS
 from django_redis_locks.core.runtime.holds import Hold
 
 from .config import DEFAULT_STEPS
@@ -203,20 +203,28 @@ class Failover:
             f"is promoted; {lost} messages and late copies lost; every waiter woken"
             + ("; script cache empty" if flushed else "")
         )
-        self._beliefs(copied)
+        self._beliefs(copied, before)
         # Writes the replica did not have are gone: a token's grant or extension since then
         # was never on this primary (until it is granted or extended again).
         self.marks = {token: at for token, at in self.marks.items() if at <= copied}
-        self._places()
+        self._places(before)
         self._ends(before)
         self._fences()
         self.replicate("")  # the new primary's replica starts from its state
 
-    def _beliefs(self, copied: int) -> None:
+    def _beliefs(self, copied: int, before: Snapshot) -> None:
         sim, now, snap = self.sim, self.sim.clock.now_ms, self.sim.snapshot
         for client in sim.clients:
             hold = client.hold
-            if hold is None or not client.believes(now) or hold.token in sim.checker.evicted:
+            if hold is None:
+                continue
+            if not client.believes(now) or hold.token in sim.checker.evicted:
+                # A hold its holder has not seen end yet no longer believes (its estimate ran
+                # out, a release is on its way) or that an operator evicted: a place in the
+                # queue the failover gave back to its token (its admission came after the
+                # copy) stays, once its holder learns the hold is gone, until its lease runs
+                # out, as for a believed hold (below).
+                self._place_restored(before, client, hold.token)
                 continue
             if self.excuses(hold):
                 continue  # lost by an earlier failover, and not told yet: still excused
@@ -243,17 +251,40 @@ class Failover:
             sim.faults["failover_hold_lost" if kept is None else "failover_hold_cut"] += 1
             sim.log(f"  {client.label}'s hold (fence {hold.fence}) {how} by the failover")
 
-    def _places(self) -> None:
-        sim = self.sim
+    def _place_restored(self, before: Snapshot, client: Client, token: str) -> None:
+        """Excuse ``token``'s place in the queue if the failover gave it back (live now, not
+        before), until its lease and a hand-over window have passed."""
+        keys: Any = client.primitive._keys_for(client.process.backend)
+        until = _place_until(self.sim.snapshot, keys, token)
+        if until and not _place_until(before, keys, token):
+            self.ended_until[token] = max(until, self.ended_until.get(token, 0))
+            self.sim.log(f"  {client.label}'s token {token[:8]} is queued again (place restored)")
+
+    def _places(self, before: Snapshot) -> None:
+        sim, snap = self.sim, self.sim.snapshot
         for client in sim.clients:
             if client.op_kind != "acquire" or client.token is None or client.ticket is None:
                 continue
             keys: Any = client.primitive._keys_for(client.process.backend)
-            ticket = sim.snapshot.holders(keys.queue).get(client.token)
+            ticket = snap.holders(keys.queue).get(client.token)
             if ticket != client.ticket:
                 client.ticket, client.bypassed = ticket, 0
                 sim.faults["failover_place_lost"] += 1
                 sim.log(f"  {client.label}'s place in the queue lost by the failover")
+                continue
+            # The replica has the place but not the waiter's later asks (their lease renewals
+            # came after the copy): on the new primary the place lives until the replica's
+            # lease, and is gone (it queues anew) unless the waiter asks again before that.
+            lease = int(snap.holders(keys.leases).get(client.token, 0))
+            if lease < int(before.holders(keys.leases).get(client.token, 0)):
+                asked = lease - WAITER_LEASE_MS  # the last ask the new primary knows of
+                if asked < client.last_ask:
+                    client.last_ask = asked
+                    sim.faults["failover_lease_lost"] += 1
+                    sim.log(
+                        f"  {client.label}'s place in the queue kept by the failover until "
+                        f"t+{lease % 10_000_000} only (its later asks were lost)"
+                    )
 
     def _ends(self, before: Snapshot) -> None:
         """Tokens whose end (a release, a clean-up) took effect before the failover and is
@@ -282,6 +313,15 @@ class Failover:
                     self.sim.faults["failover_fence_back"] += 1  # an earlier holder's, again
             if held is None or held[2] < top:
                 self.ceilings[key] = (held[0] if held else "", top)
+
+
+def _place_until(snap: Snapshot, keys: Any, token: str) -> int:
+    """Until when ``snap`` keeps ``token``'s place in the queue live (its lease, and a
+    hand-over window), 0: none."""
+    lease = int(snap.holders(keys.leases).get(token, 0))
+    if token in snap.holders(keys.queue) and lease > snap.now_ms:
+        return lease + HANDOVER_WINDOW_MS
+    return 0
 
 
 def _live_until(snap: Snapshot, client: Client, keys: Any, token: str) -> int:

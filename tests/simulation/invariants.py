@@ -16,6 +16,7 @@ from django_redis_locks.core.protocol.constants import (
 from django_redis_locks.core.protocol.holder import holder_id
 from django_redis_locks.core.protocol.replies import FORCED, loss_reason
 from django_redis_locks.core.runtime.holds import State
+from django_redis_locks.core.runtime.renewal_work import RETRY_SECONDS as RENEWAL_RETRY_SECONDS
 
 from .clients import Client
 from .invariants_script import script_invariants
@@ -117,6 +118,29 @@ def belief_within_redis(sim: Simulation) -> Found:
     return found
 
 
+def renewed_before_end(sim: Simulation) -> Found:
+    """An auto-renewed hold's next renewal is due before the end its holder believes (a third
+    of its TTL, or of what an extend that shortened it left), so that a renewer that reaches
+    Redis never lets it run out; one retrying after a lost reply is due within its retry step."""
+    found: Found = []
+    now = sim.clock.monotonic()
+    for renewal in sim.renewer.renewals.values():
+        hold = renewal.hold
+        if hold.state is not State.HELD:
+            continue
+        step = min(RENEWAL_RETRY_SECONDS, hold.ttl / 10)
+        if renewal.due > hold.expires_at and hold.expires_at > now + step:
+            found.append(
+                (
+                    "renewed_before_end",
+                    f"{renewal.label} (fence {hold.fence}): renewal due at "
+                    f"t+{(renewal.due - now) * 1000:.0f} ms, after the hold's believed end "
+                    f"at t+{(hold.expires_at - now) * 1000:.0f} ms",
+                )
+            )
+    return found
+
+
 class Checker:
     """Runs the invariants after each step; keeps what the stateful ones need."""
 
@@ -127,7 +151,7 @@ class Checker:
         self.free_since: dict[str, int] = {}
         self.ended: list[tuple[Client, str, str]] = []  # (client, token, how it ended)
         self.revived: dict[str, int] = {}  # an ended token live again: since when
-        self.told_forced: set[str] = set()  # tokens a script told they were force-released
+        self.told_forced: set[str] = set()  # tokens a reply that reached them told: forced
         self.evicted: set[str] = set()  # tokens an operator's forced release evicted
         # Releases each name (its first key) has recorded, and the count when a token was
         # evicted: past RECENT_RELEASES more, the name no longer remembers the eviction.
@@ -151,7 +175,8 @@ class Checker:
             if key.replace(":sem:", ":semi:", 1) not in snap.keys:  # with its keys' expiry
                 self.evicted_at[hid] = (key, -RECENT_RELEASES)
         found = holders_within_limit(snap, self.limits) + beliefs_exclusive(self.sim)
-        found += belief_within_redis(self.sim) + state_invariants(snap)
+        found += belief_within_redis(self.sim) + renewed_before_end(self.sim)
+        found += state_invariants(snap)
         found += self.fences_increase(snap) + self.fifo(snap)
         found += self.free_name_given(snap) + self.ends_as_redis_saw(snap)
         found += self.sim.failover.invariants(snap)
@@ -333,12 +358,9 @@ class Checker:
         client.token, client.last_ask = token, now
 
     def script_ran(self, run: ScriptRun) -> None:
-        """A probed script ran: check its reply and what it changed; note a token told that
-        its hold was force-released."""
+        """A probed script ran: check its reply and what it changed."""
         for name, detail in script_invariants(run):
             self.violation(name, detail)
-        if run.reply == -2 or (isinstance(run.reply, list) and run.reply[:1] == [-2]):
-            self.told_forced.add(run.arg(0))
         if run.call.script.name in ("lock_release", "sem_release") and run.reply == 1:
             self.releases[run.call.keys[0]] += 1
             if run.arg(1) == "holder":
@@ -348,8 +370,15 @@ class Checker:
 
     def replied(self, client: Client, call: Any, reply: Any) -> None:
         """A script's reply reached the client: a holder told about its hold after a
-        failover believes what it was told."""
+        failover believes what it was told; note a token told it was force-released."""
         self.sim.failover.told(call)
+        self.told(call, reply)
+
+    def told(self, call: Any, reply: Any) -> None:
+        """A reply reached the holder (its own call's, or its renewal's, applied): note a
+        token told that its hold was force-released. (A reply that was lost told nobody.)"""
+        if reply == -2 or (isinstance(reply, list) and reply[:1] == [-2]):
+            self.told_forced.add(str(call.args[0]))
 
     def op_ended(self, client: Client, kind: str, held: bool = False) -> None:
         """An operation ended; an acquire that did not get a hold (``held``) leaves its token

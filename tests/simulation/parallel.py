@@ -3,7 +3,7 @@
 A history depends only on its seed and a flushed server, so a run may deal its seeds to
 several processes (seed ``s`` goes to worker ``s % jobs``) and add up what they report; the
 failing seeds are replayed and shrunk afterwards by the caller, on its own server.
-``DRL_SIM_JOBS`` sets how many (default: one per core, at most 2).
+``DRL_SIM_JOBS`` sets how many (see :func:`default_jobs`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,14 @@ class Tally:
 
 
 def default_jobs() -> int:
+    """DRL_SIM_JOBS; else one per core (at most 2), or 1 in a worker of a parallel test run
+    (bin/test), where the other workers' tests need the other core."""
     value = os.environ.get("DRL_SIM_JOBS", "").strip()
-    return max(1, int(value)) if value else max(1, min(2, os.cpu_count() or 1))
+    if value:
+        return max(1, int(value))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
 
 
 def run_share(seeds: range, steps_each: int, cluster: bool | None, worker: int = 0) -> Tally:

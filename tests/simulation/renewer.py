@@ -9,9 +9,10 @@ from typing import Any
 
 from django_redis_locks.core.protocol.scripting import Call
 from django_redis_locks.core.runtime.holds import Hold
-from django_redis_locks.core.runtime.renewal import (
+from django_redis_locks.core.runtime.renewal_work import (
     Reclaim,
     Renewal,
+    next_renewal,
     reclaim_replied,
     renewal_replied,
 )
@@ -30,7 +31,7 @@ RENEWER_MODULES = (
 
 class SimRenewer:
     """Records renewals and reclaims; :meth:`renewed` and :meth:`settled` apply a reply with
-    the real lanes' own functions (renewal.renewal_replied, renewal.reclaim_replied)."""
+    the real lanes' own functions (renewal_work.renewal_replied, renewal_work.reclaim_replied)."""
 
     def __init__(self, clock: VirtualClock) -> None:
         self.clock = clock
@@ -38,8 +39,13 @@ class SimRenewer:
         self.reclaims: list[Reclaim] = []
 
     def add(self, renewal: Renewal) -> None:
-        renewal.due = self.clock.monotonic() + renewal.hold.ttl / 3
+        renewal.due = next_renewal(renewal.hold, self.clock.monotonic())
         self.renewals[id(renewal.hold)] = renewal
+
+    def sooner(self, hold: Hold) -> None:
+        renewal = self.renewals.get(id(hold))
+        if renewal is not None:
+            renewal.due = min(renewal.due, next_renewal(hold, self.clock.monotonic()))
 
     def remove(self, hold: Hold) -> None:
         self.renewals.pop(id(hold), None)

@@ -114,38 +114,58 @@ def test_history_of_the_failover_run(sim_client: redis.Redis, seed: int) -> None
     assert not history.failed, history.report()
 
 
+def _run_as_in_the_fifth_long_run(client: redis.Redis, seed: int) -> None:
+    config = SimConfig.draw(seed, cluster=True, late=True, replace_extend=True, failover=True)
+    history = run_history(client, config)
+    assert not history.failed, history.report()
+
+
 #: Found by the fifth long run (Cluster PUBLISH counts and failovers, seeds 800,000-899,999 at
-#: 7b210d2: 100,000 histories, 15,383,990 steps, 102,770 failovers), open. No two holders of a
-#: lock and no semaphore over its limit among them. Seed 835107: an auto-renewal's reply
-#: raised the belief of a hold while an extend(replace=True) that shortened it was in flight,
-#: and that extend's reply was lost: the holder believed 200 ms longer than Redis kept
-#: (belief_within_redis). The others are not analysed yet: a hold reported lost while Redis
-#: kept its token's place in a queue (ends_as_redis_saw), a waiter whose place moved back
-#: (fifo_place_kept), a force-release reported as a failed renewal (forced_reported).
+#: 7b210d2: 100,000 histories, 15,383,990 steps, 102,770 failovers), fixed. Seed 835107: an
+#: auto-renewal's reply raised the belief of a hold while an extend(replace=True) that
+#: shortened it was in flight, and that extend's reply was lost: the holder believed 200 ms
+#: longer than Redis kept (belief_within_redis). An extend that shortens and gets no reply now
+#: believes the shorter TTL again, in a new generation that no earlier renewal's reply can
+#: raise. The others were the checks': seeds 800684, 807622, 836172 and 878630
+#: (fifo_place_kept): the replica had a waiter's place, with the same ticket, but not the asks
+#: that renewed its lease since the copy; that lease ran out and the next script dropped the
+#: place, so the waiter queued anew: a place the failover lost, which failover.py now excuses
+#: (the waiter's last ask is the one the new primary knows). Seed 873151 (forced_reported, no
+#: failover): a renewal's reply -2 (force-released) was lost, so the holder learned only that
+#: its hold ran out unrenewed; a token counts as told only once such a reply reached it. (Its
+#: history also showed that renewal due after the end of the hold, which an extend had
+#: shortened: renewed_before_end, fixed in the renewer.) Seeds 829028 and 899174
+#: (ends_as_redis_saw) were the library's: a semaphore hold ended in Redis (force-released;
+#: run out unrenewed) before its owner knew, a late copy of its resent ask queued the token
+#: again, and the owner learned of the loss only after the copy's deadline, so nothing
+#: watched: the place stayed for nobody until its lease ran out. A hold that ends unseen now
+#: has its token released at once when its owner learns it
+#: (test_late_copies.py, the late copy landing after a force-release).
+#: Seeds 816587, 855638, 858259 and 878329 were the failover excuse's: a waiter's place was
+#: copied to the replica, it was admitted after the copy, its short hold ran out by its own
+#: clock before it learned so, and the failover gave the token its place back; the excuse
+#: covered such places only for holds still believed. (In 816587 the hold's end was also
+#: estimated from before an attempt refused past its deadline, already past when acquire()
+#: returned; the estimate now runs from the attempt that was answered.)
 #: (seed, the invariant it broke)
-OPEN_LONG_RUN = [
+FIXED_LONG_RUN = [
     (800684, "fifo_place_kept"),
     (807622, "fifo_place_kept"),
-    (816587, "ends_as_redis_saw"),
-    (829028, "ends_as_redis_saw"),
     (835107, "belief_within_redis"),
     (836172, "fifo_place_kept"),
+    (873151, "forced_reported"),
+    (878630, "fifo_place_kept"),
+    (816587, "ends_as_redis_saw"),
+    (829028, "ends_as_redis_saw"),
     (855638, "ends_as_redis_saw"),
     (858259, "ends_as_redis_saw"),
-    (873151, "forced_reported"),
     (878329, "ends_as_redis_saw"),
-    (878630, "fifo_place_kept"),
     (899174, "ends_as_redis_saw"),
 ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: found by the fifth long run, not analysed or fixed yet"
-)
 @pytest.mark.parametrize(
-    ("seed", "broke"), OPEN_LONG_RUN, ids=[f"seed{s}" for s, _ in OPEN_LONG_RUN]
+    ("seed", "broke"), FIXED_LONG_RUN, ids=[f"seed{s}" for s, _ in FIXED_LONG_RUN]
 )
-def test_open_history_of_the_fifth_long_run(sim_client: redis.Redis, seed: int, broke: str) -> None:
-    config = SimConfig.draw(seed, cluster=True, late=True, replace_extend=True, failover=True)
-    history = run_history(sim_client, config)
-    assert not history.failed, history.report()
+def test_history_of_the_fifth_long_run(sim_client: redis.Redis, seed: int, broke: str) -> None:
+    _run_as_in_the_fifth_long_run(sim_client, seed)

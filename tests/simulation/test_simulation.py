@@ -53,7 +53,8 @@ def _failovers(faults: FaultLog) -> str:
         f"failovers: {faults['failover']} (believed holds kept {faults['failover_hold_kept']}, "
         f"of them with wait_for_replicas {faults['failover_waited_hold_kept']}; lost "
         f"{faults['failover_hold_lost']}; cut short {faults['failover_hold_cut']}; queue places "
-        f"lost {faults['failover_place_lost']}; ends lost {faults['failover_end_lost']}); "
+        f"lost {faults['failover_place_lost']}, kept with an older lease "
+        f"{faults['failover_lease_lost']}; ends lost {faults['failover_end_lost']}); "
     )
 
 

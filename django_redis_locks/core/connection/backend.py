@@ -33,6 +33,7 @@ from .clients import (
     is_standard_async_client,
 )
 from .eviction import awarn_if_evicting, warn_if_evicting
+from .interruptions import guard
 from .libraries import library_of, node_client
 
 __all__ = [
@@ -207,10 +208,11 @@ class Backend:
         return await run_many_async(await self.aclient(), calls)
 
     def command(self, args: tuple[Any, ...], route_key: str) -> Any:
-        if self.cluster:
-            node = self.client.get_node_from_key(route_key)
-            return self.client.execute_command(*args, target_nodes=node)
-        return self.client.execute_command(*args)
+        with guard():  # (see .interruptions)
+            if self.cluster:
+                node = self.client.get_node_from_key(route_key)
+                return self.client.execute_command(*args, target_nodes=node)
+            return self.client.execute_command(*args)
 
     async def acommand(self, args: tuple[Any, ...], route_key: str) -> Any:
         client = await self.aclient()

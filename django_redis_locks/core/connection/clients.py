@@ -19,6 +19,7 @@ from django_redis_locks.core.errors import LockConfigurationError
 
 from . import clusters
 from .client_settings import connection_settings, describe, pool_bounds
+from .interruptions import guarded_pool, unguarded
 from .libraries import ClientLibrary, library_of
 from .sentinels import is_sentinel_client, sentinel_client
 
@@ -43,12 +44,14 @@ def _pool(
 ) -> Any:
     """A pool as large as ``template`` whose calls wait for a free connection (as long as the
     template would wait if it blocks, else a socket timeout) rather than fail with "Too many
-    connections"; for an unbounded template, an unbounded pool that never waits."""
+    connections"; for an unbounded template, an unbounded pool that never waits. A sync pool
+    never hands out a connection an interrupted call left with a reply unread (see
+    :mod:`.interruptions`)."""
     size, wait, bounded = pool_bounds(library, template, settings)
     if not bounded:
-        plain = library.async_pool if to_async else library.sync_pool
+        plain = library.async_pool if to_async else guarded_pool(library.sync_pool)
         return plain(max_connections=size, connection_class=connection_class, **settings)
-    blocking = library.async_blocking_pool if to_async else library.sync_blocking_pool
+    blocking = library.async_blocking_pool if to_async else guarded_pool(library.sync_blocking_pool)
     return blocking(
         max_connections=size, timeout=wait, connection_class=connection_class, **settings
     )
@@ -64,7 +67,7 @@ def _standard_pool(library: ClientLibrary, client: Any, *, asyncio: bool) -> boo
     )
     pool = client.connection_pool
     side = 1 if asyncio else 0
-    return type(pool) in pools and any(
+    return unguarded(type(pool)) in pools and any(
         pool.connection_class is pair[side] for pair in library.connections.values()
     )
 

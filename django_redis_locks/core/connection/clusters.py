@@ -18,6 +18,7 @@ from typing import Any
 from django_redis_locks.core.errors import LockConfigurationError
 
 from .client_settings import connection_settings, describe, pool_bounds
+from .interruptions import guarded_pool
 from .libraries import ClientLibrary, node_client
 
 __all__ = ["async_cluster", "bounded_cluster", "sync_cluster"]
@@ -84,9 +85,14 @@ def sync_cluster(
     size, wait, bounded = pool_bounds(library, template, settings)
     host, port = nodes[0]
     netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    extra: dict[str, Any] = {"connection_pool_class": library.sync_pool}
+    # (node pools that never hand out a connection an interrupted call left with a reply
+    # unread: see .interruptions)
+    extra: dict[str, Any] = {"connection_pool_class": guarded_pool(library.sync_pool)}
     if bounded:
-        extra = {"connection_pool_class": library.sync_blocking_pool, "timeout": wait}
+        extra = {
+            "connection_pool_class": guarded_pool(library.sync_blocking_pool),
+            "timeout": wait,
+        }
     # (only a client made from a URL builds its node pools with connection_pool_class)
     client = library.sync_cluster(
         url=f"redis://{netloc}",

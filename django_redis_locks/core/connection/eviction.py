@@ -14,6 +14,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from .interruptions import guard
+
 __all__ = [
     "SAFE_POLICY",
     "awarn_if_evicting",
@@ -60,7 +62,9 @@ def _risk(info: Any) -> str | None:
 def eviction_risk(client: Any) -> str | None:
     """Read the server's policy; a message if it may evict lock keys, else None. Raises what
     the client raises (a connection error, or NOPERM for a user without ``+info``)."""
-    return _risk(client.info("memory"))
+    with guard():  # (see .interruptions)
+        info = client.info("memory")
+    return _risk(info)
 
 
 def warn_if_evicting(client: Any, name: str) -> None:

@@ -11,7 +11,9 @@ same service and Sentinels, with the given client's connection settings and:
 - a pool as large as the given one that makes a call wait for a free connection;
 - connections that drop themselves after a timeout: redis-py's Sentinel-managed connections
   keep a connection whose reply did not come in time, and the next call on it would read
-  that late reply as its own.
+  that late reply as its own;
+- (sync) a pool that never hands out a connection an interrupted call left with a reply
+  unread (see :mod:`.interruptions`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from functools import cache
 from typing import Any
 
 from .client_settings import connection_settings, describe, pool_bounds
+from .interruptions import GuardedPool
 from .libraries import ClientLibrary
 
 __all__ = ["is_sentinel_client", "sentinel_client"]
@@ -151,7 +154,8 @@ def _pool_class(library: ClientLibrary, *, to_async: bool, bounded: bool) -> typ
 
 def _make_pool_class(library: ClientLibrary, *, to_async: bool, bounded: bool) -> type:
     sentinel_pool = library.async_sentinel_pool if to_async else library.sync_sentinel_pool
-    bases: tuple[type, ...] = (_ClosingAsync if to_async else _ClosingSync, sentinel_pool)
+    bases: tuple[type, ...] = (_ClosingAsync,) if to_async else (_ClosingSync, GuardedPool)
+    bases = (*bases, sentinel_pool)
     if bounded:
         blocking = library.async_blocking_pool if to_async else library.sync_blocking_pool
         bases = (*bases, blocking)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from django_redis_locks.core.connection.interruptions import guard
 from django_redis_locks.core.connection.libraries import no_script_errors
 
 from .constants import SCRIPT_CONSTANTS
@@ -152,12 +153,15 @@ os.register_at_fork(after_in_child=_new_loading_lock)
 
 
 def run(client: Any, call: Call) -> Any:
-    """Run ``call`` on a synchronous redis-py client; reload the script once on NOSCRIPT."""
-    try:
-        return client.evalsha(*call.evalsha_args())
-    except no_script_errors():
-        client.execute_command("SCRIPT LOAD", call.script.source, **_route(client, call))
-        return client.evalsha(*call.evalsha_args())
+    """Run ``call`` on a synchronous redis-py client; reload the script once on NOSCRIPT.
+    An interruption leaves no reply behind for another call (see
+    :mod:`..connection.interruptions`)."""
+    with guard():
+        try:
+            return client.evalsha(*call.evalsha_args())
+        except no_script_errors():
+            client.execute_command("SCRIPT LOAD", call.script.source, **_route(client, call))
+            return client.evalsha(*call.evalsha_args())
 
 
 async def run_async(client: Any, call: Call) -> Any:
@@ -185,15 +189,17 @@ def run_many(
     ``wait=(replicas, timeout_ms)`` appends ``WAIT`` so that it runs on the same connection
     right after the scripts. Errors come back in the result list, as redis-py exceptions,
     except NOSCRIPT: the missing scripts are loaded and only the calls that did not run are
-    repeated (with ``WAIT`` again after them).
+    repeated (with ``WAIT`` again after them). An interruption leaves no reply behind for
+    another call (see :mod:`..connection.interruptions`).
     """
-    results = _pipeline(client, calls, wait)
-    missing = _missing(calls, results)
-    if missing:
-        for script in {calls[i].script for i in missing}:
-            client.script_load(script.source)
-        retried = _pipeline(client, [calls[i] for i in missing], wait)
-        results = _merge(results, missing, retried, len(calls))
+    with guard():
+        results = _pipeline(client, calls, wait)
+        missing = _missing(calls, results)
+        if missing:
+            for script in {calls[i].script for i in missing}:
+                client.script_load(script.source)
+            retried = _pipeline(client, [calls[i] for i in missing], wait)
+            results = _merge(results, missing, retried, len(calls))
     return results
 
 

@@ -205,9 +205,8 @@ def acquire_steps(
             # the first attempt and the wait cannot slip by, and no second try is needed.
             waiter = yield Listen(_wake_key(request), 1.0)
         while True:
-            started = time.monotonic()
             attempting = True
-            result = yield from _attempt_in_time(primitive, request, blocking)
+            started, result = yield from _attempt_in_time(primitive, request, blocking)
             attempting = False
             if isinstance(result, replies.Acquired):
                 if waiter is not None:
@@ -264,14 +263,17 @@ def acquire_steps(
 
 def _attempt_in_time(
     primitive: Acquirer[K], request: Request[K], queue: bool
-) -> Operation[replies.Acquired | replies.Contended]:
+) -> Operation[tuple[float, replies.Acquired | replies.Contended]]:
     """One attempt; one that reached Redis after its deadline wrote nothing (an earlier copy
     may have) and is asked again at once, with a deadline from the server time its answer
-    carried and the same token, up to _LATE_TRIES times in all."""
+    carried and the same token, up to _LATE_TRIES times in all. Returns the reply and the
+    local time its request was sent (no later than the script that answered: a grant's TTL,
+    or the TTL left of one granted before, runs from that script's TIME)."""
     for _ in range(_LATE_TRIES):
+        started = time.monotonic()
         result = yield from primitive._attempt(request, queue)
         if not isinstance(result, replies.TooLate):
-            return result
+            return started, result
     raise LockBackendError(
         f"{primitive.kind} {primitive.name!r}: the acquire reached Redis after its deadline "
         f"{_LATE_TRIES} times in a row (each valid {request.backend.request_window:g} s)"

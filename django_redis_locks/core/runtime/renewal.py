@@ -4,7 +4,8 @@ Work is split into *lanes*: one per server, and one per node of a Redis Cluster.
 a thread of its own, so a stalled or unreachable server delays only the holds it serves,
 never those of a healthy one. A lane
 
-- **renews** each of its holds every third of its TTL; holds due at about the same time go
+- **renews** each of its holds every third of its TTL (or of what an extend that shortened
+  it left); holds due at about the same time go
   out in one pipeline (one round trip) and stay aligned afterwards. A renewal that finds the
   hold gone, or cannot reach Redis before the hold's conservative local expiry, marks the
   hold lost (see :mod:`.holds` for why a renewal in flight during a release never does) and
@@ -24,7 +25,8 @@ Lanes never renew a hold whose owner ended or whose primitive was garbage-collec
 never work in a forked child: the renewer is made anew per runtime (process and threading
 implementation, see :func:`.ownership.runtime_key`). A lane's thread ends when it is idle.
 A lane keeps its Backend only through its work (a renewal's hold, a reclaim), so a Backend
-nobody uses any more is collected and its lanes go with it.
+nobody uses any more is collected and its lanes go with it. What each reply means for the
+work is in :mod:`.renewal_work`.
 """
 
 from __future__ import annotations
@@ -33,149 +35,28 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from django_redis_locks.core.protocol import replies
 from django_redis_locks.core.protocol.scripting import Call
 
 from .callbacks import callbacks
 from .holds import Hold
 from .ownership import PerRuntime
+from .renewal_work import (
+    RETRY_SECONDS,
+    Reclaim,
+    Renewal,
+    next_renewal,
+    reclaim_replied,
+    renewal_replied,
+)
 
-__all__ = ["Reclaim", "Renewal", "Renewer", "reclaim_replied", "renewal_replied", "renewer"]
+__all__ = ["Renewer", "renewer"]
 
 logger = logging.getLogger(__name__)
 
 _IDLE_EXIT_SECONDS = 10.0
-#: A renewal that failed is retried after this long (or a tenth of the TTL, if shorter).
-_RETRY_SECONDS = 0.25
-#: A reclaim that could not reach Redis is retried after this long, doubling up to 1 s.
-_RECLAIM_RETRY_SECONDS = 0.05
-#: After a reclaim reached Redis, it looks again after this long, doubling, while the
-#: unknown grant could still appear (a request stuck in a dead connection).
-_RECLAIM_RECHECK_SECONDS = 0.5
-
-
-@dataclass(eq=False)
-class Renewal:
-    """An auto-renewed hold as its lane sees it."""
-
-    hold: Hold
-    call: Call  # tops the hold up to its full TTL: a {1, ttl_ms, now_ms} / {0} / {-1} reply
-    label: str  # "lock 'name'", for messages
-    stop_reason: Callable[[], str | None]  # why renewing should stop (owner ended...), or None
-    due: float = 0.0
-
-
-@dataclass(eq=False)
-class Reclaim:
-    """A token-checked release whose outcome is unknown, sent until it is settled."""
-
-    backend: Any  # kept alive until the reclaim is done
-    call: Call  # a token-checked release (which also leaves a queue)
-    until: float  # (monotonic) what it undoes may appear until then: a look sent later settles
-    what: str
-    due: float
-    interval: float = _RECLAIM_RETRY_SECONDS
-    reached: bool = False  # Redis answered at least once
-    gives_up: float = 0.0  # past this nothing it undoes can be alive: stop, answered or not
-    watch: bool = False  # an undo before ``until`` does not settle it: another copy may land
-
-    def __post_init__(self) -> None:
-        self.gives_up = max(self.gives_up, self.until)
-
-    @classmethod
-    def new(cls, backend: Any, call: Call, lifetime: float, what: str) -> Reclaim:
-        """A reclaim due now, for what could live ``lifetime`` seconds."""
-        now = time.monotonic()
-        return cls(backend, call, now + lifetime, what, due=now)
-
-    @classmethod
-    def watching(
-        cls, backend: Any, call: Call, until: float, lifetime: float, what: str, *, now: bool
-    ) -> Reclaim:
-        """A watch: ``call`` sent until ``until`` (the local time by which no copy of a request
-        can land any more), at growing intervals, the last time at ``until``; due at once
-        (``now``: what it undoes may be there already) or after a re-check interval (the
-        token was just released). What a copy makes lives at most ``lifetime`` seconds: while
-        Redis cannot be reached it tries until ``until + lifetime``."""
-        started = time.monotonic()
-        until = max(until, started)
-        due = started if now else min(started + _RECLAIM_RECHECK_SECONDS, until)
-        return cls(
-            backend,
-            call,
-            until,
-            what,
-            due=due,
-            interval=_RECLAIM_RETRY_SECONDS if now else _RECLAIM_RECHECK_SECONDS,
-            reached=not now,
-            gives_up=until + lifetime,
-            watch=True,
-        )
-
-
-def renewal_replied(
-    renewal: Renewal,
-    generation: int,
-    result: Any,
-    sent_at: float,
-    lost: Callable[[Renewal, str, int], None],
-) -> str:
-    """Apply a renewal's reply (an exception: none came) to its hold: schedule the next
-    renewal, or report the hold lost through ``lost``. Returns what came of it."""
-    hold = renewal.hold
-    if isinstance(result, Exception):
-        if hold.local_time_left() <= 0:
-            lost(renewal, f"could not be renewed before it expired ({result})", generation)
-            return "lost (no reply before expiry)"
-        renewal.due = time.monotonic() + min(_RETRY_SECONDS, hold.ttl / 10)
-        return "no reply, retry"
-    new_ttl_ms = replies.decode_renewal(result)
-    if new_ttl_ms is None:
-        lost(renewal, replies.loss_reason(int(result[0])), generation)
-        return f"lost ({result[0]})"
-    renewal.due = sent_at + hold.ttl / 3
-    hold.renewed_until(sent_at + new_ttl_ms / 1000, generation)
-    return f"renewed {new_ttl_ms} ms"
-
-
-def reclaim_replied(item: Reclaim, result: Any, sent_at: float | None = None) -> bool:
-    """Apply a reclaim's reply (an exception: none came) to a look sent at ``sent_at``
-    (None: now); True when it is settled."""
-    now = time.monotonic()
-    sent_at = now if sent_at is None else sent_at
-    if isinstance(result, Exception):
-        if now >= item.gives_up:
-            logger.warning(
-                "reclaim: gave up on %s: Redis was out of reach for as long as it could "
-                "be alive (%s)",
-                item.what,
-                result,
-            )
-            return True
-        if not item.reached:  # back off while Redis is away
-            item.interval = min(item.interval * 2, 1.0)
-    elif int(result) in replies.UNDONE and not (item.watch and sent_at < item.until):
-        logger.info("reclaim: undid %s", item.what)
-        return True
-    elif sent_at >= item.until:
-        return True  # looked at when nothing could appear any more: done
-    else:
-        if int(result) in replies.UNDONE:  # (a watch: another copy may still land)
-            logger.info("reclaim: undid %s; watching on", item.what)
-        if not item.reached:
-            # Nothing there (yet): look again while a late request could still create it.
-            item.reached = True
-            item.interval = _RECLAIM_RECHECK_SECONDS
-        else:
-            item.interval *= 2
-    # The last look comes at the end of the lifetime, not an interval before it: a
-    # request landing in the lifetime's second half is undone too.
-    item.due = min(now + item.interval, item.until) if now < item.until else now + item.interval
-    return False
 
 
 class _Lane:
@@ -196,10 +77,21 @@ class _Lane:
 
     # -- entries -------------------------------------------------------------------------
     def add(self, renewal: Renewal) -> None:
-        renewal.due = time.monotonic() + renewal.hold.ttl / 3
+        renewal.due = next_renewal(renewal.hold, time.monotonic())
         with self._cond:
             self._renewals[id(renewal.hold)] = renewal
             thread = self._poke(renewal.due)
+        if thread is not None:
+            thread.start()
+
+    def sooner(self, hold: Hold) -> None:
+        with self._cond:
+            renewal = self._renewals.get(id(hold))
+            due = next_renewal(hold, time.monotonic())
+            if renewal is None or due >= renewal.due:
+                return
+            renewal.due = due
+            thread = self._poke(due)
         if thread is not None:
             thread.start()
 
@@ -245,7 +137,15 @@ class _Lane:
                     self._thread = None
                     return
             self.rounds += 1
-            self._work(*work)
+            try:
+                self._work(*work)
+            except Exception:  # a lane outlives any reply: log it, look again shortly
+                logger.exception("renew: %s: a round of work failed; retrying", self.name)
+                later = time.monotonic() + RETRY_SECONDS
+                for renewal in work[0]:
+                    renewal.due = max(renewal.due, later)
+                for item in work[1]:
+                    item.due = max(item.due, later)
             del work  # while it waits, the thread keeps no Backend alive
 
     def _wait_for_work(self) -> tuple[list[Renewal], list[Reclaim]] | None:
@@ -346,6 +246,12 @@ class Renewer:
         renewal.hold.lane = lane
         lane.add(renewal)
 
+    def sooner(self, hold: Hold) -> None:
+        """The owner shortened ``hold``: bring its renewal forward to before its new end."""
+        lane = hold.lane
+        if lane is not None:
+            lane.sooner(hold)
+
     def remove(self, hold: Hold) -> None:
         """Stop renewing ``hold`` (no-op if it is not renewed)."""
         lane = hold.lane
@@ -387,6 +293,10 @@ class Renewer:
     @property
     def running(self) -> bool:
         return any(lane._thread is not None for lane in self.lanes())
+
+    def rounds_on(self, backend: Any) -> int:
+        """Rounds of work done so far by the lanes of ``backend``."""
+        return sum(lane.rounds for lane in self._all_lanes(backend))
 
     def renewing(self, backend: Any) -> int:
         """How many holds on ``backend`` are renewed."""
