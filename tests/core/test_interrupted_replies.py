@@ -40,6 +40,7 @@ from django_redis_locks.core import Backend, Lock
 from django_redis_locks.core.connection.libraries import node_client
 from django_redis_locks.core.runtime.renewal import renewer
 from tests.harness.plugin import MakeServer
+from tests.harness.servers import wait_until
 
 
 def _gevent_timeout() -> BaseException:
@@ -97,7 +98,7 @@ def test_ctrl_c_between_a_scripts_request_and_its_reply_leaves_no_reply_for_the_
     interruption = INTERRUPTIONS[kind]()
     client_class = redis.Redis if package == "redis" else pytest.importorskip("valkey").Valkey
     server = make_server()
-    direct = redis.Redis.from_url(server.url, socket_timeout=5)
+    direct = server.client(socket_timeout=5)  # (unrestricted: the library may be an ACL user)
     backend = Backend(client_class.from_url(server.url, socket_timeout=5), namespace=namespace)
     try:
         first = Lock("first", client=backend, timeout=30)
@@ -158,7 +159,7 @@ def test_ctrl_c_inside_a_pipeline_between_two_replies_leaves_no_reply_for_the_ne
     # interruption lands after the script's reply was read, before the WAIT's (which comes
     # after replica_wait_timeout: the server has no replica).
     server = make_server()
-    direct = redis.Redis.from_url(server.url, socket_timeout=5)
+    direct = server.client(socket_timeout=5)  # (unrestricted: the library may be an ACL user)
     client = redis.Redis.from_url(server.url, socket_timeout=5)
     backend = Backend(client, namespace=namespace, replica_wait_timeout=0.2)
     try:
@@ -198,7 +199,7 @@ def test_a_lane_thread_survives_replies_that_are_not_its_scripts(
     # before the fix): a release's integer for a renewal, a renewal's array for a reclaim's
     # release. Injected at the client-library boundary, after the real reply was read.
     server = make_server()
-    direct = redis.Redis.from_url(server.url, socket_timeout=5)
+    direct = server.client(socket_timeout=5)  # (unrestricted: the library may be an ACL user)
     backend = Backend(redis.Redis.from_url(server.url, socket_timeout=5), namespace=namespace)
     swapped = {"renewal": 0, "reclaim": 0}
     parse = redis.Redis.parse_response
@@ -217,7 +218,7 @@ def test_a_lane_thread_survives_replies_that_are_not_its_scripts(
 
     monkeypatch.setattr(redis.Redis, "parse_response", wrong)
     caplog.set_level(logging.WARNING, logger="django_redis_locks.core.runtime.renewal")
-    ttl = 0.6
+    ttl = 1.5  # (renewed every 0.5 s; a shorter one ran out on a loaded machine)
     try:
         renewed = Lock("renewed", client=backend, timeout=ttl, auto_renew=True)
         assert renewed.acquire(blocking=False)
@@ -228,8 +229,11 @@ def test_a_lane_thread_survives_replies_that_are_not_its_scripts(
         lanes = _lane_threads(backend)
         assert len(lanes) == 1 and lanes[0] is not None
 
-        time.sleep(5 * ttl)
-        assert swapped == {"renewal": 2, "reclaim": 2}  # every wrong reply was read
+        wait_until(  # every wrong reply was read
+            lambda: swapped == {"renewal": 2, "reclaim": 2}, timeout=10, what="wrong replies"
+        )
+        rounds = renewer().rounds_on(backend)
+        wait_until(lambda: renewer().rounds_on(backend) > rounds + 1, timeout=5, what="rounds")
         assert _lane_threads(backend) == lanes and lanes[0].is_alive()  # the same thread
         assert renewed.ensure_held() > 0  # renewed after the wrong replies: never lost
         assert direct.pttl(renewed._keys_for(backend).lock) > 0
