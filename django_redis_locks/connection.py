@@ -174,13 +174,27 @@ def get_client(alias: str) -> Any:
                 "spreads keys over servers by itself; locks need one server (or a Cluster "
                 "via CLIENT_FACTORY)"
             )
-        return client.get_client(write=True)
+        return _connected(alias, lambda: client.get_client(write=True))
     if kind == "django":
-        return cache._cache.get_client(write=True)  # type: ignore[attr-defined]
+        return _connected(alias, lambda: cache._cache.get_client(write=True))  # type: ignore[attr-defined]
     raise LockConfigurationError(
         f"cache alias {alias!r} uses {path}; locks need one of "
         f"{', '.join(SUPPORTED_BACKENDS)} (or a CLIENT_FACTORY)"
     )
+
+
+def _connected(alias: str, make: Callable[[], Any]) -> Any:
+    """The cache's client, made by ``make``; a LOCATION the client library cannot read (a
+    ValueError: ``127.0.0.1:6379`` without ``redis://``) is a LockConfigurationError."""
+    try:
+        return make()
+    except ValueError as exc:
+        location = settings.CACHES[alias].get("LOCATION")
+        raise LockConfigurationError(
+            f"cache alias {alias!r}: its LOCATION {location!r} cannot be used ({exc}); write "
+            "it as a URL, e.g. redis://127.0.0.1:6379/0 (rediss:// for TLS, unix:// for a "
+            "socket)"
+        ) from exc
 
 
 def refusal(path: str) -> str | None:

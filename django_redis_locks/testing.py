@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from django.conf import settings
-from django.test.utils import override_settings
+from django.test.utils import TestContextDecorator, override_settings
 
 from .conf import SETTING_NAME
 from .core.errors import LockError
@@ -49,12 +49,34 @@ T = TypeVar("T")
 Kind = Literal["lock", "semaphore"]
 
 
+class _IsolatedLocks(override_settings):
+    """``override_settings`` of the lock setting's NAMESPACE alone, read when it takes effect
+    (a block's start, each test's start), so that what else the setting says then (a
+    class-level ``override_settings``, a fixture) is kept."""
+
+    def __init__(self, namespace: str | None) -> None:
+        super().__init__()
+        self._namespace = namespace
+
+    def enable(self) -> None:
+        config = dict(getattr(settings, SETTING_NAME, {}))
+        config["NAMESPACE"] = self._namespace or f"test-{secrets.token_hex(4)}"
+        self.options = {SETTING_NAME: config}
+        super().enable()
+
+    def decorate_class(self, cls: type) -> type:
+        # Each test's setUp enables it (after setUpClass applied the class's own settings),
+        # instead of override_settings' options fixed when the class is decorated.
+        return TestContextDecorator.decorate_class(self, cls)
+
+
 def isolated_locks(namespace: str | None = None) -> override_settings:
-    """Use a namespace of its own (random unless given) for the locks of a block, a test
-    function or a ``TestCase`` class: ``with isolated_locks():``, ``@isolated_locks()``."""
-    config = dict(getattr(settings, SETTING_NAME, {}))
-    config["NAMESPACE"] = namespace or f"test-{secrets.token_hex(4)}"
-    return override_settings(**{SETTING_NAME: config})
+    """Use a namespace of its own (random unless given; a new one each time it takes effect)
+    for the locks of a block, a test function or a ``TestCase`` class: ``with
+    isolated_locks():``, ``@isolated_locks()``. The rest of the ``DJANGO_REDIS_LOCKS``
+    setting is read when the block or each test starts, so a class-level
+    ``override_settings`` of it is kept."""
+    return _IsolatedLocks(namespace)
 
 
 class IsolatedLocksMixin:

@@ -94,3 +94,13 @@ def test_every_docs_example_imports_what_it_uses(where: str, block: str) -> None
     if is_signature(block):
         return
     assert unbound_names(block) - PLACEHOLDERS == set(), block
+
+
+def test_a_newcomer_reaches_install_and_quickstart_first() -> None:
+    """After the two commands and one paragraph of what it is, the README's first sections are
+    Install and Quickstart: the demo's tour and the feature list come after them."""
+    headings = [line for line in README.read_text().splitlines() if line.startswith("## ")]
+    assert headings[:2] == ["## Install", "## Quickstart"]
+    text = README.read_text()
+    assert text.index("## Install") < text.index("- **`@redis_lock`**")
+    assert text.index("## Install") < text.index("Worker processes keep it busy")

@@ -12,7 +12,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject, empty
 
@@ -25,7 +25,9 @@ from django_redis_locks.core.errors import (
 __all__ = [
     "label_of",
     "load_user",
+    "prefers_json",
     "refuse_generators",
+    "refuse_retry_outside_tasks",
     "refuse_task_objects",
     "request_of",
     "response",
@@ -48,8 +50,7 @@ def retry_later(
 ) -> Any:
     """Run the task again in ``retry_after`` seconds: Celery's ``retry()`` (it raises),
     or a Django task enqueued again (then this run returns ``skip_result``)."""
-    context = args[0] if args else None
-    django_task = getattr(getattr(context, "task_result", None), "task", None)
+    django_task = _django_task(args)
     if django_task is not None:  # a Django task with takes_context=True
         run_after = timezone.now() + timedelta(seconds=retry_after)
         django_task.using(run_after=run_after).enqueue(*args[1:], **kwargs)
@@ -63,10 +64,31 @@ def retry_later(
     celery_task = current_celery_task(args)
     if celery_task is not None:
         raise celery_task.retry(countdown=retry_after, exc=error)
-    raise LockConfigurationError(
+    raise _not_a_task(label) from error
+
+
+def refuse_retry_outside_tasks(args: tuple[Any, ...], label: str) -> None:
+    """``on_contention="retry"`` needs a task to run again: refuse a call that is not one at
+    once, contended or not (the decorator cannot know it: a task decorator goes above it).
+    A view answers contention with its status whatever the policy: not refused."""
+    if request_of(args) is not None:
+        return
+    if _django_task(args) is None and current_celery_task(args) is None:
+        raise _not_a_task(label)
+
+
+def _not_a_task(label: str) -> LockConfigurationError:
+    return LockConfigurationError(
         f"{label}: on_contention='retry' runs a task again later, but this call is "
-        "neither a Celery task nor a Django task with takes_context=True"
-    ) from error
+        "neither a Celery task nor a Django task with takes_context=True; use "
+        "on_contention='skip' or 'raise' for a plain function"
+    )
+
+
+def _django_task(args: tuple[Any, ...]) -> Any:
+    """The Django task this call runs (its context comes first), or None."""
+    context = args[0] if args else None
+    return getattr(getattr(context, "task_result", None), "task", None)
 
 
 def retry_after_seconds(error: LockNotAcquired) -> int:
@@ -103,13 +125,41 @@ async def load_user(request: HttpRequest | None) -> None:
         request.user = await auser()
 
 
-def response(status: int, text: str, *, retry_after: int) -> HttpResponse:
+def response(
+    request: HttpRequest, status: int, error: str, text: str, *, retry_after: int
+) -> HttpResponse:
+    """A view's answer when it did not run: ``text`` as plain text, or as JSON
+    (``{"error": error, "detail": text, "retry_after": seconds}``) when the request prefers
+    JSON; with ``Retry-After`` either way."""
+    headers = {"Retry-After": str(retry_after)}
+    if prefers_json(request):
+        body = {"error": error, "detail": text, "retry_after": retry_after}
+        return JsonResponse(body, status=status, headers=headers)
     return HttpResponse(
-        text,
-        status=status,
-        content_type="text/plain; charset=utf-8",
-        headers={"Retry-After": str(retry_after)},
+        text, status=status, content_type="text/plain; charset=utf-8", headers=headers
     )
+
+
+def prefers_json(request: HttpRequest) -> bool:
+    """Whether the request's ``Accept`` names a JSON type (``application/json``, ``...+json``)
+    at least as wanted as plain text and HTML (a browser's ``*/*`` does not count)."""
+    best_json = best_text = 0.0
+    for media_range in request.headers.get("Accept", "").split(","):
+        media_type, _, params = media_range.strip().partition(";")
+        media_type = media_type.strip().lower()
+        quality = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if media_type == "application/json" or media_type.endswith("+json"):
+            best_json = max(best_json, quality)
+        elif media_type in ("text/html", "text/plain", "text/*"):
+            best_text = max(best_text, quality)
+    return best_json > 0 and best_json >= best_text
 
 
 def request_of(args: tuple[Any, ...]) -> HttpRequest | None:
@@ -144,7 +194,13 @@ def refuse_generators(func: Any) -> None:
 
 def refuse_task_objects(func: Any) -> None:
     """Task objects run their function elsewhere: the lock must wrap the function itself."""
-    kinds = []
+    # A Celery app that is not finalized yet (a web process) makes ``@shared_task`` return a
+    # proxy of the task to come, which makes the task (and may finalize the app) when its
+    # class or repr is asked for: recognised by its type alone.
+    celery_local = sys.modules.get("celery.local")
+    proxy_class = getattr(celery_local, "Proxy", None) if celery_local is not None else None
+    if isinstance(proxy_class, type) and issubclass(type(func), proxy_class):
+        _refuse_task("@shared_task / @app.task", "a Celery task proxy")
     for module, attribute, decorator in (
         ("django.tasks.base", "Task", "@task"),
         ("django_tasks.base", "Task", "@task"),
@@ -153,11 +209,14 @@ def refuse_task_objects(func: Any) -> None:
         loaded = sys.modules.get(module)
         task_class = getattr(loaded, attribute, None) if loaded is not None else None
         if isinstance(task_class, type) and isinstance(func, task_class):
-            kinds.append(decorator)
-    if kinds:
-        raise InvalidArgumentType(
-            "func",
-            f"@redis_lock was given a task object ({func!r}); put {kinds[0]} above "
-            f"@redis_lock so the lock wraps the task's function:\n\n"
-            f"    {kinds[0].split(' ')[0]}\n    @redis_lock(...)\n    def my_task(...): ...",
-        )
+            _refuse_task(decorator, repr(func))
+
+
+def _refuse_task(decorator: str, shown: str) -> None:
+    raise InvalidArgumentType(
+        "func",
+        f"@redis_lock was given a task object ({shown}); put {decorator} above "
+        f"@redis_lock so the lock wraps the task's function:\n\n"
+        f"    {decorator.split(' ', maxsplit=1)[0]}\n"
+        "    @redis_lock(...)\n    def my_task(...): ...",
+    )

@@ -8,22 +8,30 @@ work later, a streamed response or a coroutine, keeps the hold until that work i
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from json.encoder import encode_basestring
 from typing import Any, Literal
 
 from django.http import StreamingHttpResponse
 
 from django_redis_locks.conf import get_config
-from django_redis_locks.core.errors import LockBackendError, LockNotAcquired, LockNotReplicated
+from django_redis_locks.core.errors import (
+    LockAlreadyHeld,
+    LockBackendError,
+    LockNotAcquired,
+    LockNotReplicated,
+)
 from django_redis_locks.core.lock import Lock
 
 from .callers import (
     label_of,
     load_user,
+    refuse_retry_outside_tasks,
     request_of,
     response,
     retry_after_seconds,
@@ -38,6 +46,31 @@ logger = logging.getLogger("django_redis_locks.decorators")
 
 OnContention = Literal["raise", "skip", "retry"] | Callable[..., Any]
 OnRedisError = Literal["fail_closed", "fail_open"]
+
+#: The (cache alias, name) pairs the decorated calls running in this context hold (a thread,
+#: greenlet or asyncio task: each has its own), so that a nested call of the same name is
+#: told it is this caller's, not someone else's (locks are not re-entrant).
+_held_here: contextvars.ContextVar[frozenset[tuple[str | None, str]]] = contextvars.ContextVar(
+    "django_redis_locks_held_here", default=frozenset()
+)
+
+
+@contextmanager
+def _holding(using: str | None, name: str, label: str) -> Iterator[None]:
+    """Note that this context's call holds ``name`` while the block runs; raise
+    LockAlreadyHeld, without taking anything, if an enclosing call holds it already."""
+    held = _held_here.get()
+    if (using, name) in held:
+        raise LockAlreadyHeld(
+            f"lock {name!r} is already held by this caller: {label} was called inside a "
+            "decorated call that holds the same name, and locks are not re-entrant (give "
+            "the inner call another name, or call its undecorated function)"
+        )
+    token = _held_here.set(held | {(using, name)})
+    try:
+        yield
+    finally:
+        _held_here.reset(token)
 
 
 class Guard:
@@ -79,7 +112,13 @@ class Guard:
         )
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.on_contention == "retry":
+            refuse_retry_outside_tasks(args, self.label)
         lock = self._lock(args, kwargs)
+        with _holding(self.options["using"], lock.name, self.label):
+            return self._call(lock, args, kwargs)
+
+    def _call(self, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
             lock.__enter__()
         except (LockBackendError, LockNotReplicated) as error:
@@ -97,9 +136,15 @@ class Guard:
         return result
 
     async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.on_contention == "retry":
+            refuse_retry_outside_tasks(args, self.label)
         if self.namer.reads_user:
             await load_user(request_of(args))
         lock = self._lock(args, kwargs)
+        with _holding(self.options["using"], lock.name, self.label):
+            return await self._acall(lock, args, kwargs)
+
+    async def _acall(self, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
             await lock.__aenter__()
         except (LockBackendError, LockNotReplicated) as error:
@@ -171,9 +216,12 @@ class Guard:
             self._log_redis_error(error, lock, opened=True)
             return self.func(*args, **kwargs)
         self._log_redis_error(error, lock, opened=False)
-        if request_of(args) is not None:
+        request = request_of(args)
+        if request is not None:
             return response(
+                request,
                 get_config().view_redis_error_status,
+                "unavailable",
                 "The lock service is unavailable. Please retry later.",
                 retry_after=1,
             )
@@ -186,9 +234,12 @@ class Guard:
         if callable(self.on_contention):
             return self.on_contention(error, *args, **kwargs)
         retry_after = retry_after_seconds(error)
-        if request_of(args) is not None:
+        request = request_of(args)
+        if request is not None:
             return response(
+                request,
                 get_config().view_contention_status,
+                "locked",
                 "This resource is busy: another request holds its lock. Please retry later.",
                 retry_after=retry_after,
             )

@@ -42,8 +42,18 @@ _PLAIN = re.compile(rf"[A-Za-z0-9{re.escape(_SAFE)}]{{0,{MAX_VALUE_CHARS}}}")
 
 
 def encode_value(value: object) -> str:
-    """One template value as it appears in a lock name: percent-encoded, bounded."""
-    text = str(value)
+    """One template value as it appears in a lock name: its text (``format(value, "")``),
+    percent-encoded, bounded. ``None``, ``True``/``False`` and bytes are written apart
+    (``~none``, ``~true``, ``~false``, ``~b`` and the percent-encoded bytes), so they never
+    share a name with their text (the string ``"None"``); an int and its digits do share
+    one (a URL gives ``"7"`` where a task gives ``7``)."""
+    if value is None:
+        return "~none"
+    if isinstance(value, bool):
+        return "~true" if value else "~false"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _encode_bytes(bytes(value))
+    text = value if isinstance(value, str) else format(value, "")
     if _PLAIN.fullmatch(text):  # nothing to encode (ids, slugs): as quote() would leave it
         return text
     from urllib.parse import quote
@@ -55,8 +65,19 @@ def encode_value(value: object) -> str:
     return encoded
 
 
+def _encode_bytes(raw: bytes) -> str:
+    from urllib.parse import quote
+
+    encoded = "~b" + quote(raw, safe=_SAFE).replace("~", "%7E")
+    if len(encoded) > MAX_VALUE_CHARS:  # ("~b" and 40 hex digits: never a text's "~" digest)
+        return "~b" + hashlib.sha256(raw).hexdigest()[:40]
+    return encoded
+
+
 class _EncodingFormatter(string.Formatter):
     def format_field(self, value: Any, format_spec: str) -> str:
+        if not format_spec:
+            return encode_value(value)
         return encode_value(super().format_field(value, format_spec))
 
 
@@ -294,6 +315,6 @@ class _Compiled:
                 value = args[position]
             else:
                 value = kwargs.get(field, default)
-            out.append(encode_value(format(value, "")))
+            out.append(encode_value(value))
             out.append(literals[index])
         return "".join(out)

@@ -275,6 +275,8 @@ def _interrupt_at_point(number: int, call: Callable[[], Any]) -> str | None:
     def calls(frame: Any, event: str, arg: Any) -> Any:
         if event != "call" or not frame.f_code.co_filename.endswith(_POOL_CODE):
             return None
+        if _finalizing(frame):  # a collected pool of an earlier test, not the call's own
+            return None
         if not landed:
             seen[0] += 1
             if seen[0] == number:
@@ -290,6 +292,16 @@ def _interrupt_at_point(number: int, call: Callable[[], Any]) -> str | None:
     finally:
         sys.settrace(None)
     return landed[0] if landed else None
+
+
+def _finalizing(frame: Any) -> bool:
+    """Whether ``frame`` runs inside a ``__del__`` (the garbage collector may run one at any
+    point; an exception there is only printed, as "Exception ignored in")."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _cycle_once(lock: Lock, went_through: list[bool]) -> None:

@@ -222,3 +222,27 @@ def test_check_deploy_says_when_it_cannot_read_the_policy(settings, make_server,
     [message] = lock_messages(deploy=True)
     assert message.id == "django_redis_locks.W003"
     assert "Could not read" in message.msg and "noeviction" in (message.hint or "")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_location_without_a_scheme_is_E002_and_a_configuration_error_at_run_time(
+    settings, redis_server, backend
+) -> None:
+    """``LOCATION: "127.0.0.1:6379"`` (no ``redis://``): the client library refuses the URL
+    with a ValueError. It used to crash every manage.py command through this app's check,
+    and every lock call, with that traceback."""
+    from django_redis_locks import Lock, LockConfigurationError
+    from django_redis_locks.connection import reset
+
+    entry = cache_entry(f"{redis_server.host}:{redis_server.port}", backend, socket_timeout=5)
+    settings.CACHES = caches_with_locks(redis_server, entry)
+    reset()
+    try:
+        [message] = lock_messages()
+        assert message.id == "django_redis_locks.E002"
+        assert f"{redis_server.host}:{redis_server.port}" in message.msg
+        assert "write it as a URL, e.g. redis://" in message.msg
+        with pytest.raises(LockConfigurationError, match="redis://"):
+            Lock("x", timeout=5).acquire()
+    finally:
+        reset()

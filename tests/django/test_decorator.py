@@ -17,6 +17,7 @@ from django_redis_locks import (
     InvalidArgument,
     InvalidArgumentType,
     Lock,
+    LockAlreadyHeld,
     LockBackendError,
     LockLost,
     LockNotAcquired,
@@ -163,12 +164,17 @@ def test_blocking_waits_for_the_holder() -> None:
 
 def test_each_call_has_its_own_token_and_calls_do_not_nest() -> None:
     @redis_lock("nest:{depth}", on_contention="skip")
-    def nested(depth: int) -> list[int | None]:
-        inner = nested(depth) if depth < 1 else None  # same name: taken by the outer call
+    def nested(depth: int) -> list[Any]:
+        inner: Any = None
+        if depth < 1:
+            try:
+                nested(depth)  # same name: held by the outer call, this very caller
+            except LockAlreadyHeld as error:
+                inner = type(error).__name__
         other = nested(depth + 1) if depth < 1 else [depth]  # another name: runs
-        return [depth, inner, *(other or [])]
+        return [depth, inner, *other]
 
-    assert nested(0) == [0, None, 1, None, 1]
+    assert nested(0) == [0, "LockAlreadyHeld", 1, None, 1]
 
 
 def test_the_caller_label_and_metadata_are_recorded() -> None:
@@ -458,8 +464,11 @@ def test_signals_for_acquired_released_contended_and_lost(redis_client) -> None:
     try:
 
         @redis_lock("signalled", on_contention="skip")
-        def job() -> None:
-            job()  # contended: the outer call holds it
+        def job(outer: bool = True) -> None:
+            if outer:  # contended: another thread calls while this call holds it
+                other = threading.Thread(target=job, args=(False,))
+                other.start()
+                other.join()
 
         job()
         lock = Lock("renewed-signal", timeout=0.6, auto_renew=True)

@@ -5,9 +5,13 @@ retry later, and skipped runs that can be told from successful ones."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,13 +25,14 @@ from django_redis_locks import (
     SKIPPED,
     InvalidArgumentType,
     Lock,
+    LockAlreadyHeld,
     LockConfigurationError,
     LockNotAcquired,
     redis_lock,
 )
 from django_redis_locks.core.validation import MAX_NAME_BYTES
 from django_redis_locks.decorators.names import bounded_name
-from django_redis_locks.inspection import get_lock
+from django_redis_locks.inspection import get_lock, list_locks
 from tests.django import decorated_tasks, decorated_views
 from tests.django.decorated_tasks import TaskContext
 
@@ -199,6 +204,23 @@ def test_retry_outside_a_task_says_what_it_needs() -> None:
         plain()
 
 
+def test_retry_outside_a_task_is_refused_at_every_call_not_only_under_contention() -> None:
+    """A plain function with ``on_contention="retry"`` used to run as long as nobody else
+    held its name, and fail only the first time someone did: in production, under load. A
+    decorator cannot know whether a task decorator will wrap it (``@task`` goes above), so
+    the first call, contended or not, says so, without running."""
+    ran: list[str] = []
+
+    @redis_lock("plain-free", on_contention="retry")
+    def plain() -> None:
+        ran.append("ran")
+
+    with pytest.raises(LockConfigurationError, match="neither a Celery task nor a Django task"):
+        plain()
+    assert ran == []
+    assert get_lock("plain-free") is None  # nothing was taken
+
+
 def test_a_django_task_that_finds_the_lock_taken_is_enqueued_again_for_later() -> None:
     """``on_contention="retry"`` on a Django task (``takes_context=True``): the run that
     finds the lock taken enqueues the task again, to run after the estimated wait, and
@@ -242,3 +264,129 @@ def test_a_celery_task_that_finds_the_lock_taken_retries_after_the_estimated_wai
     assert asked == [{"countdown": 1, "exc": info.value.exc}]
     assert isinstance(info.value.exc, LockNotAcquired)
     assert task.apply(args=("a",)).get() == "rebuilt a"
+
+
+# -- rough edges a new user met -----------------------------------------------------------------
+def test_a_nested_call_with_the_same_name_says_it_is_held_by_this_caller() -> None:
+    """Two decorated functions (or a recursive one) with one name, called one inside the
+    other in one thread: the inner call used to say "held by someone else; likely free in
+    60 s". Locks are not re-entrant: it is this caller that holds it."""
+
+    @redis_lock("nested:{pk}", timeout=10, on_contention="skip")
+    def inner(pk: int) -> str:
+        return "inner ran"
+
+    @redis_lock("nested:{pk}", timeout=10)
+    def outer(pk: int) -> str:
+        return inner(pk)
+
+    with pytest.raises(LockAlreadyHeld, match=r"'nested:1' is already held by this caller"):
+        outer(1)
+    assert inner(1) == "inner ran"  # the outer hold was given back
+
+    @redis_lock("nested:{pk}", timeout=10)
+    def other(pk: int) -> str:
+        return "other ran"
+
+    @redis_lock("nested:{pk}", timeout=10)
+    def outer_on_another_name(pk: int) -> str:
+        return other(pk + 1)  # another name: not nested
+
+    assert outer_on_another_name(1) == "other ran"
+
+
+def test_a_nested_async_call_with_the_same_name_says_it_is_held_by_this_caller() -> None:
+    @redis_lock("anested:{pk}", timeout=10)
+    async def inner(pk: int) -> str:
+        return "inner ran"
+
+    @redis_lock("anested:{pk}", timeout=10)
+    async def outer(pk: int) -> str:
+        return await inner(pk)
+
+    async def scenario() -> None:
+        with pytest.raises(LockAlreadyHeld, match="already held by this caller"):
+            await outer(1)
+        assert await inner(1) == "inner ran"  # the outer hold was given back
+
+    asyncio.run(scenario())
+
+
+def test_redis_lock_above_an_unfinalized_shared_task_is_refused() -> None:
+    """In a web process the Celery app is not finalized yet: ``@shared_task`` returns a
+    proxy, which ``@redis_lock`` used to accept silently (the task then ran unlocked), while
+    a worker refused the same module at start."""
+    code = (
+        "from celery import Celery, shared_task\n"
+        "Celery('web')\n"
+        "from django_redis_locks import redis_lock\n"
+        "try:\n"
+        "    @redis_lock('x:{a}')\n"
+        "    @shared_task\n"
+        "    def f(a): return a\n"
+        "except TypeError as error:\n"
+        "    print('refused:', error)\n"
+        "else:\n"
+        "    print('accepted')\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()\n" + code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        check=True,
+    )
+    assert done.stdout.startswith("refused:"), done.stdout + done.stderr
+    assert "put @shared_task / @app.task above @redis_lock" in done.stdout
+
+
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+@pytest.mark.urls("tests.django.decorated_views")
+def test_a_409_answers_json_when_the_request_accepts_json() -> None:
+    with Lock("order:7", timeout=10):
+        plain = Client().get("/charge/7/")
+        wanted = Client().get("/charge/7/", headers={"Accept": "application/json"})
+        browser = Client().get("/charge/7/", headers={"Accept": BROWSER_ACCEPT})
+    assert plain.status_code == wanted.status_code == browser.status_code == 409
+    assert plain["Content-Type"].startswith("text/plain")
+    assert browser["Content-Type"].startswith("text/plain")  # (*/* is no wish for JSON)
+    assert wanted["Content-Type"] == "application/json"
+    body = wanted.json()
+    assert body["error"] == "locked" and body["retry_after"] == int(wanted["Retry-After"])
+    assert "busy" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(None, "None"), (True, "True"), (False, "False"), (b"ab", "b'ab'")],
+)
+def test_none_booleans_and_bytes_never_share_a_name_with_their_text(value: Any, text: str) -> None:
+    """The reference says distinct values give distinct names; ``str()`` made ``None`` and
+    ``"None"`` one name: every anonymous user of ``"user:{request.user.pk}"`` shared
+    ``user:None`` with a URL value ``"None"``. Ints and their digits still share a name, as
+    documented (a URL gives ``"7"`` where a task gives ``7``)."""
+    names: list[str] = []
+
+    @redis_lock("value:{v}", timeout=10)
+    def seen(v: Any) -> None:
+        names.append(decorated_lock_name())
+
+    seen(value)
+    seen(text)
+    assert names[0] != names[1]
+    assert bounded_name(names[0]) == names[0]
+    names.clear()
+    seen(7)
+    seen("7")
+    assert names[0] == names[1] == "value:7"
+
+
+def decorated_lock_name() -> str:
+    """The name of the lock the running decorated call holds (from the registry)."""
+    [info] = list_locks("value:").items
+    return info.name

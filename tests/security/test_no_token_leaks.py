@@ -16,7 +16,6 @@ confirmation pages of locks and semaphores, and shown as ``\\x1b``... by the CLI
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import logging
 import re
@@ -35,6 +34,7 @@ from django.test import Client, override_settings
 
 from django_redis_locks import (
     Lock,
+    LockAlreadyHeld,
     LockBackendError,
     LockError,
     LockLost,
@@ -257,8 +257,13 @@ def test_no_token_reaches_logs_signals_errors_the_admin_or_the_cli(
     @redis_lock("report:{day}", timeout=0.6, on_contention="skip")
     def report(day: str) -> str:
         time.sleep(0.5)  # renewed meanwhile
-        with contextlib.suppress(LockNotAcquired):
-            seen.add("nested", report(day))  # contended: skipped
+        other = threading.Thread(target=lambda: seen.add("contended", report(day)))  # skipped
+        other.start()
+        other.join()
+        try:
+            report(day)  # nested in this caller: refused, and said so
+        except LockAlreadyHeld as error:
+            seen.add("nested", str(error))
         return day
 
     seen.add("decorated", report("monday"))

@@ -339,7 +339,10 @@ def test_metadata_nested_too_deep_to_encode_is_refused_as_invalid() -> None:
 TEMPLATE_VALUES = st.one_of(
     TEXT, st.integers(), st.floats(), st.none(), st.booleans(), st.binary(max_size=20)
 )
-_ENCODED = re.compile(r"[A-Za-z0-9\-._@+=,!%]{0,64}|~[0-9a-f]{40}")
+_ENCODED = re.compile(
+    r"[A-Za-z0-9\-._@+=,!%]{0,64}|~[0-9a-f]{40}|~none|~true|~false"
+    r"|~b[A-Za-z0-9\-._@+=,!%]{0,62}|~b[0-9a-f]{40}"
+)
 _LONG = "x" * 100
 _DIGEST_OF_LONG = encode_value(_LONG)
 
@@ -359,6 +362,7 @@ def test_any_template_value_encodes_to_a_bounded_token_without_separators(value:
 @example([_LONG, _DIGEST_OF_LONG])
 @example(["~", "%7E"])
 @example(["\ud800", "\udc00"])
+@example([None, "None", "~none", True, "True", b"ab", "b'ab'", "~bab"])
 def test_distinct_template_values_never_share_a_lock_name(values: list[object]) -> None:
     encoded = [encode_value(value) for value in values]
     assert len(set(encoded)) == len(encoded), dict(zip(encoded, values, strict=True))
