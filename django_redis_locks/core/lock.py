@@ -161,15 +161,18 @@ class Lock(Primitive[LockKeys]):
             retry_after=outcome.retry_after,
         )
 
-    def _release_call(self, keys: LockKeys, token: str) -> Call:
-        return protocol.release_call(keys, token)
+    def _release_call(self, keys: LockKeys, token: str, fence: int | None = None) -> Call:
+        return protocol.release_call(keys, token, fence=fence)
 
     def _renew_call(self, hold: Hold) -> Call:
-        return protocol.extend_call(hold.keys, hold.token, to_millis(hold.ttl), "max", _MAX_TTL_MS)
+        return protocol.extend_call(
+            hold.keys, hold.token, to_millis(hold.ttl), "max", _MAX_TTL_MS, fence=hold.fence
+        )
 
     def _probe(self, hold: Hold) -> Operation[int | None]:
         state = yield from self._state(hold.backend, hold)
-        return state.ttl_ms if state.owned else None
+        # (The token holding with another fence holds a later grant: not this hold.)
+        return state.ttl_ms if state.owned and state.fence == hold.fence else None
 
     def _owned(self, hold: Hold) -> Operation[bool]:
         if (yield from self._probe(hold)) is None:
@@ -179,7 +182,7 @@ class Lock(Primitive[LockKeys]):
 
     def _attempt(
         self, request: Request[LockKeys], queue: bool
-    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate]:
+    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate | replies.Evicted]:
         """The acquire script, and with wait_for_replicas the WAIT (undone if short)."""
         needed = 0
         if self.wait_for_replicas is not None:
@@ -243,7 +246,13 @@ class Lock(Primitive[LockKeys]):
             renewer().sooner(hold)
         hold.extends += 1  # numbered, so that a resent extend counts once
         call = protocol.extend_call(
-            hold.keys, hold.token, ms, "set" if replace else "add", _MAX_TTL_MS, seq=hold.extends
+            hold.keys,
+            hold.token,
+            ms,
+            "set" if replace else "add",
+            _MAX_TTL_MS,
+            seq=hold.extends,
+            fence=hold.fence,
         )
         try:
             reply = yield Eval(call)

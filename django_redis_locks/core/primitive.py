@@ -116,14 +116,17 @@ class Primitive(Generic[K]):
 
     def _attempt(
         self, request: Request[Any], queue: bool
-    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate]:
+    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate | replies.Evicted]:
         """One try (its script with a deadline, through :meth:`.runtime.acquiring.Request.ask`, and
         the reply's server time to :meth:`.runtime.acquiring.Request.answered`). With ``queue`` a
         primitive with a queue keeps (or takes) a place in it."""
         raise NotImplementedError
 
-    def _release_call(self, keys: K, token: str) -> Call:
-        """Release ``token``'s hold; for queued primitives, also leave the queue."""
+    def _release_call(self, keys: K, token: str, fence: int | None = None) -> Call:
+        """Release ``token``'s hold; for queued primitives, also leave the queue. ``fence``:
+        the owner's hold's fence (ticket), so that a later grant of the token (a late copy of
+        its acquire) is released too but reported as the hold's loss; None: whatever the
+        token holds (undoing what a request may have made)."""
         raise NotImplementedError
 
     def _renew_call(self, hold: Hold) -> Call:
@@ -449,7 +452,7 @@ class Primitive(Generic[K]):
         try:
             # (Inside the try: a process's first release reads its script, where a Ctrl-C
             # may land too.)
-            call = self._release_call(hold.keys, hold.token)
+            call = self._release_call(hold.keys, hold.token, hold.fence)
             code = int((yield Eval(call)))
         except LockBackendError:
             # It may have run. The renewer sends it again as soon as Redis answers; the

@@ -153,15 +153,16 @@ class Semaphore(Primitive[SemaphoreKeys]):
             retry_after=outcome.retry_after,
         )
 
-    def _release_call(self, keys: SemaphoreKeys, token: str) -> Call:
-        return protocol.release_call(keys, token)
+    def _release_call(self, keys: SemaphoreKeys, token: str, fence: int | None = None) -> Call:
+        return protocol.release_call(keys, token, ticket=fence)
 
     def _renew_call(self, hold: Hold) -> Call:
-        return protocol.refresh_call(hold.keys, hold.token, to_millis(hold.ttl))
+        return protocol.refresh_call(hold.keys, hold.token, to_millis(hold.ttl), hold.fence)
 
     def _probe(self, hold: Hold) -> Operation[int | None]:
         state = yield from self._state(hold.backend, hold)
-        return state.ttl_ms
+        # (The token holding with another ticket holds a later admission: not this hold.)
+        return state.ttl_ms if state.ticket == hold.fence else None
 
     def _held(self, hold: Hold) -> Operation[bool]:
         if (yield from self._probe(hold)) is None:
@@ -171,7 +172,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
 
     def _attempt(
         self, request: Request[SemaphoreKeys], queue: bool
-    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate]:
+    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate | replies.Evicted]:
         deadline_ms = yield from request.deadline()
         call = protocol.acquire_call(
             request.keys,

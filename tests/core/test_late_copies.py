@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from django_redis_locks.core import Lock, LockLost, Semaphore
+from django_redis_locks.core import Backend, Lock, LockLost, Semaphore
+from django_redis_locks.core.protocol.holder import holder_id
 from django_redis_locks.core.protocol.scripting import load
 from django_redis_locks.core.registry import force_release
 from tests.harness.servers import wait_until
@@ -142,12 +143,13 @@ def test_a_late_copy_of_an_asyncio_acquire_is_undone(proxied: Proxied) -> None:
 def test_a_late_copy_landing_after_a_force_release_is_undone_when_its_holder_learns(
     proxied: Proxied,
 ) -> None:
-    """The hold ends in Redis (here an operator evicts it) before its owner knows; a late copy
-    of its resent ask lands in between and queues the token again, behind the slot's new
-    holder; the owner learns only after the copy's deadline, when no more copies can land.
-    Before the fix nothing was watched then, and the place stayed, for nobody, until its
-    lease ran out (3 s after the copy landed), holding up the waiters behind it; now learning
-    that a hold ended unseen takes its token out at once."""
+    """The hold ends in Redis (here it is removed, as an expiry would) before its owner
+    knows; a late copy of its resent ask lands in between and queues the token again, behind
+    the slot's new holder; the owner learns only after the copy's deadline, when no more
+    copies can land. Before the fix nothing was watched then, and the place stayed, for
+    nobody, until its lease ran out (3 s after the copy landed), holding up the waiters
+    behind it; now learning that a hold ended unseen takes its token out at once. (An
+    operator's eviction no longer gets this far: the late copy is refused, see below.)"""
     semaphore = Semaphore("late-forced", 1, client=proxied.backend, timeout=30)
     holder = Semaphore("late-forced", 1, client=proxied.backend, timeout=30)
     newcomer = Semaphore("late-forced", 1, client=proxied.backend, timeout=30)
@@ -176,9 +178,9 @@ def test_a_late_copy_landing_after_a_force_release_is_undone_when_its_holder_lea
     watcher.join()
     thread.join()
     assert len(proxied.proxy.withheld) == 1
-    holder_id = semaphore.holder_id
-    assert holder_id is not None
-    assert force_release("late-forced", holder_id, kind="semaphore", client=proxied.backend)
+    hold = semaphore._current_hold()
+    assert hold is not None
+    assert proxied.direct.zrem(keys.holders, hold.token) == 1  # ended unseen
     assert newcomer.acquire(blocking=False)
     time.sleep(max(0.0, sent + WINDOW - 0.3 - time.monotonic()))
     proxied.proxy.deliver_withheld()  # just within its window: it queues the token again
@@ -186,7 +188,7 @@ def test_a_late_copy_landing_after_a_force_release_is_undone_when_its_holder_lea
     [place] = proxied.direct.zrange(keys.queue, 0, -1)
     assert isinstance(place, bytes)
     time.sleep(max(0.0, sent + WINDOW + 0.1 - time.monotonic()))  # no copy can land now
-    with pytest.raises(LockLost, match="force-released"):
+    with pytest.raises(LockLost):
         semaphore.refresh()
     learned = time.monotonic()
     assert landed + 3.0 - learned > 2.0  # the place's lease has over 2 s left
@@ -199,20 +201,15 @@ def test_a_late_copy_landing_after_a_force_release_is_undone_when_its_holder_lea
     newcomer.release()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a late copy of a force-released holder's acquire grants its token again",
-)
 def test_a_late_copy_landing_after_a_force_release_does_not_hide_the_eviction(
     proxied: Proxied,
 ) -> None:
-    """An outside review's finding, open: the holder is evicted by an operator, a newcomer
-    takes the name and gives it back, and then a late copy of the evicted holder's resent
-    acquire lands within its window: the script grants the free name to that token again (a
-    fresh fence), so the evicted holder's next check finds its token holding and never learns
-    of the eviction; its belief runs on across the newcomer's hold (its fence is older, so a
-    fenced write is still refused). The fix wanted: an acquire does not grant a token the
-    name's record lists as force-released (a script change, for the next long run)."""
+    """An outside review's finding: the holder is evicted by an operator, a newcomer takes
+    the name and gives it back, and then a late copy of the evicted holder's resent acquire
+    lands within its window. It used to grant the free name to that token again (a fresh
+    fence), so the evicted holder's next check found its token holding and never learned of
+    the eviction. An acquire now refuses a token the name's recent releases list as
+    force-released ({-4, now_ms}), and the holder is told."""
     lock = Lock("late-evicted", client=proxied.backend, timeout=30)
     newcomer = Lock("late-evicted", client=proxied.backend, timeout=30)
     withhold_next(proxied, "lock_acquire")
@@ -223,6 +220,206 @@ def test_a_late_copy_landing_after_a_force_release_does_not_hide_the_eviction(
     assert force_release("late-evicted", holder_id, kind="lock", client=proxied.backend)
     assert newcomer.acquire(blocking=False)
     newcomer.release()
-    proxied.proxy.deliver_withheld()  # within its window
+    reply = proxied.proxy.deliver_withheld()  # within its window
+    assert reply.startswith(b"*2\r\n:-4\r\n"), reply  # refused: the token was evicted
+    with pytest.raises(LockLost, match="force-released"):  # (a fresh fence before the fix)
+        lock.extend(30)
+    assert not is_held(proxied.direct, lock._keys_for(proxied.backend).lock)  # nothing granted
+
+
+def test_a_late_copy_of_an_evicted_semaphore_holders_ask_is_refused(proxied: Proxied) -> None:
+    """The semaphore's twin: the evicted holder's late copy takes no slot and no place, and
+    the holder is told of the eviction at its next refresh."""
+    semaphore = Semaphore("late-evicted", 1, client=proxied.backend, timeout=30)
+    newcomer = Semaphore("late-evicted", 1, client=proxied.backend, timeout=30)
+    keys = semaphore._keys_for(proxied.backend)
+    withhold_next(proxied, "sem_acquire")
+    assert semaphore.acquire(blocking=False)
+    assert len(proxied.proxy.withheld) == 1
+    hold = semaphore._current_hold()
+    assert hold is not None and semaphore.holder_id is not None
+    assert force_release(
+        "late-evicted", semaphore.holder_id, kind="semaphore", client=proxied.backend
+    )
+    assert newcomer.acquire(blocking=False)
+    newcomer.release()
+    reply = proxied.proxy.deliver_withheld()  # within its window
+    assert reply.startswith(b"*2\r\n:-4\r\n"), reply  # refused: the token was evicted
+    assert proxied.direct.zscore(keys.holders, hold.token) is None
+    assert proxied.direct.zscore(keys.queue, hold.token) is None
     with pytest.raises(LockLost, match="force-released"):
-        lock.ensure_held()
+        semaphore.refresh()
+    assert newcomer.acquire(blocking=False)  # the slot is free
+    newcomer.release()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_waiter_whose_hand_over_is_evicted_before_it_confirms_asks_again_as_a_new_arrival(
+    proxied: Proxied, kind: str
+) -> None:
+    """A release hands the name to a waiter that hears of it late (its replies and wake-ups
+    take 0.3 s); an operator force-releases that hand-over before the waiter confirms it.
+    Its next ask is refused ({-4}: the token is spent); the waiter goes on with a fresh
+    token, as a new arrival, and gets the free name: its hold is not the evicted one."""
+    direct = Backend(proxied.direct, namespace="late")
+
+    def make(backend: Backend) -> Lock | Semaphore:
+        if kind == "lock":  # (no slice: the release hands it over at once)
+            return Lock("evicted-handover", client=backend, timeout=30, slice_seconds=0)
+        return Semaphore("evicted-handover", 1, client=backend, timeout=30)
+
+    holder, waiter = make(direct), make(proxied.backend)
+    keys = waiter._keys_for(proxied.backend)
+    assert holder.acquire(blocking=False)
+    seen: list[Any] = []
+
+    def wait_then_check() -> None:  # (a hold is its thread's)
+        seen.append(waiter.acquire(timeout=10))
+        seen.append(waiter.holder_id)
+        seen.append(waiter.ensure_held())
+        waiter.release()
+
+    thread = threading.Thread(target=wait_then_check)
+    thread.start()
+    wait_until(lambda: proxied.direct.zcard(keys.queue) == 1, timeout=5, what="queued")
+    [first_token] = proxied.direct.zrange(keys.queue, 0, -1)
+    evicted = holder_id(first_token.decode())
+
+    def handed_over() -> bool:
+        if kind == "lock":
+            return bool(proxied.direct.hget(keys.lock, "token") == first_token)
+        return proxied.direct.zscore(keys.holders, first_token) is not None
+
+    with proxied.proxy.withholding("delay", 0.3):  # the waiter hears of it 0.3 s late
+        holder.release()  # hands it to the waiter
+        assert handed_over()
+        assert force_release("evicted-handover", evicted, kind=kind, client=direct)
+        time.sleep(0.05)  # (the wake-up message is in the proxy, on its slow way)
+    thread.join(timeout=15)
+    assert seen[:1] == [True]
+    assert seen[1] is not None and seen[1] != evicted  # a fresh token holds
+    assert seen[2] > 0  # and its hold is sound
+    direct.close()
+
+
+def _primitive(kind: str, name: str, proxied: Proxied, **options: Any) -> Lock | Semaphore:
+    if kind == "lock":
+        return Lock(name, client=proxied.backend, **options)
+    return Semaphore(name, 3, client=proxied.backend, **options)
+
+
+def _check(primitive: Lock | Semaphore) -> None:
+    """What an evicted holder's next call does: a lock's extend, a semaphore's refresh."""
+    if isinstance(primitive, Lock):
+        primitive.extend(30)
+    else:
+        primitive.refresh()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_late_copy_landing_after_the_eviction_left_the_record_is_told_apart_by_its_fence(
+    proxied: Proxied, kind: str
+) -> None:
+    """An outside review: three holds of the name end after the eviction, so the name's
+    recent releases no longer list it, and the late copy of the evicted holder's acquire is
+    granted again (within its window). The grant has a fence (ticket) of its own: the
+    evicted holder's next call, which names its hold's fence, is told its hold is gone, and
+    the grant nobody believes in is given back at once. Before, the holder's extend or
+    refresh kept the late grant alive: it never learned of the eviction."""
+    evicted = _primitive(kind, "late-record", proxied, timeout=30)
+    other = _primitive(kind, "late-record", proxied, timeout=30)
+    withhold_next(proxied, "lock_acquire" if kind == "lock" else "sem_acquire")
+    assert evicted.acquire(blocking=False)
+    assert len(proxied.proxy.withheld) == 1
+    hold = evicted._current_hold()
+    assert hold is not None and evicted.holder_id is not None
+    assert force_release("late-record", evicted.holder_id, kind=kind, client=proxied.backend)
+    for _ in range(3):  # RECENT_RELEASES: the eviction drops out of the record
+        assert other.acquire(blocking=False)
+        other.release()
+    reply = proxied.proxy.deliver_withheld()
+    assert reply.startswith(b"*5\r\n:1\r\n"), reply  # granted again, with a fresh fence
+    with pytest.raises(LockLost):
+        _check(evicted)
+    keys = evicted._keys_for(proxied.backend)
+    if kind == "lock":
+        wait_until(lambda: not is_held(proxied.direct, keys.lock), timeout=2, what="given back")
+    else:
+        wait_until(
+            lambda: proxied.direct.zscore(keys.holders, hold.token) is None,
+            timeout=2,
+            what="given back",
+        )
+
+
+def test_a_semaphores_late_copy_landing_after_its_record_expired_is_told_apart(
+    proxied: Proxied,
+) -> None:
+    """An outside review: the semaphore's record of recent releases lives as long as its
+    holders: a newcomer that lets a 0.3 s hold run out takes the record with it, and the
+    evicted holder's late copy, still within its window, is admitted again. Its ticket is
+    not the holder's: the next refresh says the slot is gone."""
+    evicted = Semaphore("late-expired", 1, client=proxied.backend, timeout=30)
+    newcomer = Semaphore("late-expired", 1, client=proxied.backend, timeout=0.3)
+    withhold_next(proxied, "sem_acquire")
+    sent = time.monotonic()
+    assert evicted.acquire(blocking=False)
+    assert evicted.holder_id is not None
+    assert force_release(
+        "late-expired", evicted.holder_id, kind="semaphore", client=proxied.backend
+    )
+    assert newcomer.acquire(blocking=False)  # and never released: it runs out
+    keys = evicted._keys_for(proxied.backend)
+    wait_until(lambda: not proxied.direct.exists(keys.info), timeout=3, what="the record gone")
+    assert time.monotonic() < sent + WINDOW - 0.2  # the copy is still within its window
+    reply = proxied.proxy.deliver_withheld()
+    assert reply.startswith(b"*5\r\n:1\r\n"), reply
+    with pytest.raises(LockLost):
+        evicted.refresh()
+
+
+def test_an_auto_renewed_evicted_holder_does_not_renew_a_late_grant_of_its_token(
+    proxied: Proxied,
+) -> None:
+    """The same with the renewer: its renewals name the hold's fence, so the first one after
+    the late grant finds the hold lost instead of keeping the late grant alive (an outside
+    review saw it held, renewed, 8 s later)."""
+    evicted = Lock("late-renewed", client=proxied.backend, timeout=1.5, auto_renew=True)
+    other = Lock("late-renewed", client=proxied.backend, timeout=30)
+    withhold_next(proxied, "lock_acquire")
+    assert evicted.acquire(blocking=False)
+    hold = evicted._current_hold()
+    assert hold is not None and evicted.holder_id is not None
+    assert force_release("late-renewed", evicted.holder_id, kind="lock", client=proxied.backend)
+    for _ in range(3):
+        assert other.acquire(blocking=False)
+        other.release()
+    reply = proxied.proxy.deliver_withheld()
+    assert reply.startswith(b"*5\r\n:1\r\n"), reply
+    assert hold.lost_event.wait(2), "the renewal kept the late grant"
+    wait_until(lambda: other.acquire(blocking=False), timeout=2, what="the name free again")
+    other.release()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_an_evicted_holders_release_of_a_late_grant_reports_the_loss(
+    proxied: Proxied, kind: str
+) -> None:
+    """An outside review: past the record, the evicted holder's release() found its token
+    holding (the late grant) and released it silently: the holder never learned that its
+    work ran unprotected. The release names its hold's fence (ticket): it still gives the
+    late grant back, and says the hold was gone."""
+    evicted = _primitive(kind, "late-release", proxied, timeout=30)
+    other = _primitive(kind, "late-release", proxied, timeout=30)
+    withhold_next(proxied, "lock_acquire" if kind == "lock" else "sem_acquire")
+    assert evicted.acquire(blocking=False)
+    assert evicted.holder_id is not None
+    assert force_release("late-release", evicted.holder_id, kind=kind, client=proxied.backend)
+    for _ in range(3):
+        assert other.acquire(blocking=False)
+        other.release()
+    assert proxied.proxy.deliver_withheld().startswith(b"*5\r\n:1\r\n")  # granted again
+    with pytest.raises(LockLost):
+        evicted.release()
+    assert other.acquire(blocking=False)  # the late grant was given back by that release
+    other.release()

@@ -377,7 +377,7 @@ def test_a_refresh_in_the_millisecond_a_slot_ends_does_not_revive_it(
         assert isinstance(
             protocol.decode_acquire(backend.client.evalsha(*grant.evalsha_args())), Acquired
         )
-        refresh = protocol.refresh_call(keys, token, 10_000)
+        refresh = protocol.refresh_call(keys, token, 10_000, None)
         with redis_client.pipeline(transaction=True) as pipe:
             pipe.eval(END_NOW, 1, keys.holders, token)
             pipe.evalsha(*refresh.evalsha_args())

@@ -159,7 +159,10 @@ def late(sim: Simulation) -> None:
     sim.log(f"late copy of {call.script.name} -> {reply!r}")
     if call.script.name in ("lock_acquire", "sem_acquire"):  # past its deadline, or within
         refused = isinstance(reply, list) and reply[:1] == [-3]
+        evicted = isinstance(reply, list) and reply[:1] == [-4]
         sim.faults["late_acquire_refused" if refused else "late_acquire_ran"] += 1
+        if evicted:  # the token's hold was force-released: the copy took nothing
+            sim.faults["late_acquire_evicted"] += 1
         if not refused and str(call.args[0]) in {token for _, token, _ in sim.checker.ended}:
             # after its caller was done with the token: what it made is the watch's to undo
             values = reply if isinstance(reply, list) else []

@@ -361,7 +361,10 @@ class Checker:
         """A probed script ran: check its reply and what it changed."""
         for name, detail in script_invariants(run):
             self.violation(name, detail)
-        if run.call.script.name in ("lock_release", "sem_release") and run.reply == 1:
+        if run.call.script.name in ("lock_release", "sem_release") and (
+            run.reply == 1  # (or a later grant's release: it adds an entry too)
+            or (run.reply == 0 and run.arg(0) in run.before.live_holders(run.now_ms))
+        ):
             self.releases[run.call.keys[0]] += 1
             if run.arg(1) == "holder":
                 self.evicted_at.setdefault(

@@ -39,8 +39,11 @@ def forced(run: ScriptRun) -> bool:
 
 
 def refused(run: ScriptRun) -> bool:
-    """An acquire that came after its deadline: it wrote nothing, not even housekeeping."""
-    return isinstance(run.reply, list) and run.reply[:1] == [-3]
+    """An acquire that came after its deadline, or a lock acquire with an evicted token: it
+    wrote nothing, not even housekeeping."""
+    if not isinstance(run.reply, list):
+        return False
+    return run.reply[:1] == [-3] or (run.name == "lock_acquire" and run.reply[:1] == [-4])
 
 
 def reply_documented(run: ScriptRun) -> Found:
@@ -48,7 +51,7 @@ def reply_documented(run: ScriptRun) -> Found:
     refresh {1, ttl_ms, now_ms} (the refreshed TTL as asked) or a lone code; acquire
     {1, fence/ticket, ttl_ms, now_ms, 0|1}, {0, holder_ttl_ms, position, now_ms, estimate_ms}
     (estimate at most holder_ttl_ms), {-3, now_ms} (past the request's deadline, and only
-    then), or for a semaphore {-1, stored limit}."""
+    then), {-4, now_ms} (see evicted_refused), or for a semaphore {-1, stored limit}."""
     name, reply, now = run.name, run.reply, run.now_ms
     ok = True
     if name in RELEASE_CODES:
@@ -72,6 +75,8 @@ def reply_documented(run: ScriptRun) -> Found:
             ok = values == [-3, now] and 0 < deadline < now
         elif deadline > 0 and now > deadline:
             ok = False  # (a request past its deadline is refused)
+        elif values and values[0] == -4:
+            ok = values == [-4, now]
         elif values and values[0] == -1 and name == "sem_acquire":
             ok = len(values) == 2 and values[1] >= 1
         elif values and len(values) == 5 and values[3] == now:
@@ -182,28 +187,75 @@ def estimate_documented(run: ScriptRun) -> Found:
 
 
 def too_late_writes_nothing(run: ScriptRun) -> Found:
-    """An acquire refused as past its deadline ({-3, now_ms}) changed nothing."""
-    values = ints(run.reply)
-    if run.name not in ("lock_acquire", "sem_acquire") or not values or values[0] != -3:
+    """An acquire refused as past its deadline ({-3, now_ms}), or a lock acquire refused for
+    an evicted token ({-4, now_ms}), changed nothing."""
+    if run.name not in ("lock_acquire", "sem_acquire") or not refused(run):
         return []
     if run.before != run.after:
-        return [("too_late_writes_nothing", f"{run.name} refused as late, yet wrote")]
+        return [("too_late_writes_nothing", f"{run.name} refused ({run.reply!r}), yet wrote")]
+    return []
+
+
+def evicted_refused(run: ScriptRun) -> Found:
+    """An acquire (in time) whose token the name's recent releases list as force-released
+    ("X" its latest entry) and that does not hold live is refused: {-4, now_ms}, the token
+    neither holds nor waits after it; and only such a token is. (A semaphore's refusal may
+    have done the script's housekeeping: expired holders pruned, waiters admitted.)"""
+    values = ints(run.reply)
+    if run.name not in ("lock_acquire", "sem_acquire") or not values or values[0] == -3:
+        return []
+    token, now = run.arg(0), run.now_ms
+    hid = holder_id(token)
+    latest = next((e for e in run.before.gone if e[1:17] == hid), "")
+    evicted = latest.startswith("X") and token not in run.before.live_holders(now)
+    if evicted != (values[0] == -4):
+        return [("evicted_refused", f"{run.name} replied {values[:2]}, evicted: {evicted}")]
+    if evicted and (token in run.after.live_holders(now) or token in run.after.queue):
+        return [("evicted_refused", f"{run.name} refused {token[:8]} yet it holds or waits")]
     return []
 
 
 def no_revival(run: ScriptRun) -> Found:
     """An extend or refresh succeeds only for a hold live when it ran: a hold whose TTL ran
-    out (expiry at or before the server's now) is never revived."""
+    out (expiry at or before the server's now) is never revived; and only for the grant it
+    names (its fence or ticket): a later grant of the same token, by a late copy of its
+    acquire, is not the caller's."""
     values = ints(run.reply)
     if run.name not in RENEWAL_CODES or not values or values[0] != 1:
         return []
     if run.arg(0) not in run.before.live_holders(run.now_ms):
         return [("no_revival", f"{run.name} renewed {run.arg(0)[:8]}, not a live holder")]
+    asked = run.arg(5 if run.name == "lock_extend" else 2)
+    if asked and run.before.grant_of(run.arg(0)) != asked:
+        return [("no_revival", f"{run.name} renewed {run.arg(0)[:8]}'s later grant, not {asked}")]
+    return []
+
+
+def release_names_its_grant(run: ScriptRun) -> Found:
+    """A holder's release that names its hold's fence (ticket) while the token holds another
+    grant (a late copy's) releases it but answers that the hold was gone: -2 when the
+    recent releases list the token as force-released, else 0; one whose grant is the token's
+    answers 1."""
+    values = ints([run.reply]) if isinstance(run.reply, int) else None
+    if run.name not in RELEASE_CODES or forced(run) or values is None:
+        return []
+    token, asked = run.arg(0), run.arg(3) if len(run.call.args) > 3 else ""
+    if not asked or token not in run.before.live_holders(run.now_ms):
+        return []
+    if run.before.grant_of(token) == asked:
+        expected = 1
+    else:
+        latest = next((e for e in run.before.gone if e[1:17] == holder_id(token)), "")
+        expected = -2 if latest.startswith("X") else 0
+    if values[0] != expected:
+        return [("release_names_its_grant", f"{run.name} replied {run.reply}, not {expected}")]
     return []
 
 
 REPLY_CHECKS = (
     too_late_writes_nothing,
+    release_names_its_grant,
+    evicted_refused,
     no_revival,
     reply_documented,
     estimate_documented,

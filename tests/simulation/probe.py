@@ -21,12 +21,13 @@ PROBE = r"""
 local out = {}
 if ARGV[1] == 'lock' then
     out[1] = redis.call('HMGET', KEYS[1], 'token', 'expires', 'reserved', 'session',
-        'slice_end', 'acquired', 'avg', 'gone')
+        'slice_end', 'acquired', 'avg', 'fence', 'gone')
     out[2] = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
     out[3] = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
     out[4] = redis.call('HKEYS', KEYS[3])
     out[5] = {}
     out[7] = {}
+    out[8] = {}
 else
     out[1] = redis.call('HMGET', KEYS[4], 'limit', 'avg', 'gone')
     out[2] = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
@@ -34,10 +35,13 @@ else
     out[4] = redis.call('HKEYS', KEYS[4])
     out[5] = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
     out[7] = {}  -- each holder and when its record says it was granted ('': no record)
+    out[8] = {}  -- each holder and its record's ticket ('': no record)
     for i = 1, #out[5], 2 do
         local record = redis.call('HGET', KEYS[4], 'h:' .. out[5][i]) or ''
         out[7][#out[7] + 1] = out[5][i]
         out[7][#out[7] + 1] = string.match(record, '^(%d+)') or ''
+        out[8][#out[8] + 1] = out[5][i]
+        out[8][#out[8] + 1] = string.match(record, '^%d+ (%d+)') or ''
     end
 end
 out[6] = redis.call('ZRANGE', KEYS[6], 0, -1, 'WITHSCORES')
@@ -63,9 +67,9 @@ def _scores(values: list[Any]) -> dict[str, float]:
 @dataclass(frozen=True, slots=True)
 class Seen:
     """One lock or semaphore as a probe read it. ``fields``: lock: token, expires, reserved,
-    session, slice_end, acquired, avg, gone; semaphore: limit, avg, gone ("" when absent).
-    ``acquired``: each semaphore holder's grant time (ms, as text) from its ``h:`` record ("":
-    no record)."""
+    session, slice_end, acquired, avg, fence, gone; semaphore: limit, avg, gone ("" when
+    absent). ``acquired``: each semaphore holder's grant time (ms, as text) from its ``h:``
+    record ("": no record); ``tickets``: its ticket, likewise."""
 
     kind: str
     fields: tuple[str, ...]
@@ -75,6 +79,7 @@ class Seen:
     holders: dict[str, float]  # semaphore holders (empty for a lock)
     registry: dict[str, float] = field(default_factory=dict)  # the bucket's expiry list
     acquired: dict[str, str] = field(default_factory=dict)  # semaphore holder -> grant ms
+    tickets: dict[str, str] = field(default_factory=dict)  # semaphore holder -> ticket
 
     @classmethod
     def decode(cls, kind: str, reply: list[Any]) -> Seen:
@@ -83,8 +88,16 @@ class Seen:
         queue, leases = _scores(reply[1]), _scores(reply[2])
         granted = [_text(v) for v in reply[6]]
         acquired = dict(zip(granted[::2], granted[1::2], strict=True))
+        numbered = [_text(v) for v in reply[7]]
+        tickets = dict(zip(numbered[::2], numbered[1::2], strict=True))
         holders, registry = _scores(reply[4]), _scores(reply[5])
-        return cls(kind, fields, queue, leases, records, holders, registry, acquired)
+        return cls(kind, fields, queue, leases, records, holders, registry, acquired, tickets)
+
+    def grant_of(self, token: str) -> str:
+        """The fence (lock) or ticket (semaphore) of ``token``'s grant ("": it holds none)."""
+        if self.kind == "lock":
+            return self.fields[7] if self.fields[0] == token else ""
+        return self.tickets.get(token, "")
 
     @property
     def gone(self) -> list[str]:

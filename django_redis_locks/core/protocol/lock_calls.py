@@ -12,7 +12,7 @@ from typing import Any
 
 from .constants import HANDOVER_WINDOW_MS, WAITER_LEASE_MS
 from .keys import LockKeys
-from .replies import Acquired, Contended, TooLate, decode_acquired, decode_too_late, text
+from .replies import Acquired, Contended, Evicted, TooLate, decode_acquired, decode_refusal, text
 from .scripting import Call, load
 
 __all__ = [
@@ -73,10 +73,10 @@ def acquire_call(
     )
 
 
-def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | TooLate:
+def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | TooLate | Evicted:
     if int(reply[0]) == 1:
         return decode_acquired(reply)
-    late = decode_too_late(reply)
+    late = decode_refusal(reply)
     if late is not None:
         return late
     return Contended(
@@ -87,25 +87,43 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | TooLate:
     )
 
 
-def release_call(keys: LockKeys, token: str, *, forced: bool = False) -> Call:
+def release_call(
+    keys: LockKeys, token: str, *, forced: bool = False, fence: int | None = None
+) -> Call:
     """Release by the holder's ``token`` (a waiter's token: leave the queue); with ``forced``
-    the token is a holder id, and the call gets an id of its own, recognised if resent."""
+    the token is a holder id, and the call gets an id of its own, recognised if resent.
+    ``fence``: the holder's hold (None: whatever the token holds), so that a later grant of
+    the token is told apart."""
     return Call(
         load("lock_release"),
         keys.all,
-        (token, "holder" if forced else "token", secrets.token_hex(4) if forced else "-"),
+        (
+            token,
+            "holder" if forced else "token",
+            secrets.token_hex(4) if forced else "-",
+            "" if fence is None else str(fence),
+        ),
     )
 
 
 def extend_call(
-    keys: LockKeys, token: str, ms: int, mode: str, cap_ms: int, *, seq: int = 0
+    keys: LockKeys,
+    token: str,
+    ms: int,
+    mode: str,
+    cap_ms: int,
+    *,
+    seq: int = 0,
+    fence: int | None = None,
 ) -> Call:
     """``mode``: "add" (remaining + ms), "set" (exactly ms) or "max" (at least ms). ``seq``
-    numbers the hold's extends (1, 2, ...) so that a resent one counts once; 0 for renewals."""
+    numbers the hold's extends (1, 2, ...) so that a resent one counts once; 0 for renewals.
+    ``fence``: the hold's (None: not checked), so that a later grant of the same token (a
+    late copy of its acquire) is not taken for it."""
     return Call(
         load("lock_extend"),
         (keys.lock, keys.registry.names, keys.registry.expiry),
-        (token, ms, mode, cap_ms, seq),
+        (token, ms, mode, cap_ms, seq, "" if fence is None else str(fence)),
     )
 
 

@@ -7,19 +7,26 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "EVICTED",
     "FORCED",
     "LEFT_QUEUE",
     "NOT_HELD",
     "OTHER_HOLDER",
     "RELEASED",
     "RELEASED_BEFORE",
+    "RELEASE_CODES",
+    "RENEWAL_CODES",
     "TOO_LATE",
     "UNDONE",
     "Acquired",
     "Contended",
+    "Evicted",
     "TooLate",
+    "decode_refusal",
     "decode_renewal",
     "loss_reason",
+    "read_release",
+    "read_renewal",
     "text",
 ]
 
@@ -32,9 +39,18 @@ RELEASED_BEFORE = 3  # that very release (or forced release) already happened: a
 FORCED = -2  # the token's hold was force-released by an operator
 #: Codes that mean a release of the token took effect, now or before.
 UNDONE = frozenset((RELEASED, LEFT_QUEUE, RELEASED_BEFORE))
+#: The codes of a renewal's (extend's, refresh's) reply: ``{1, new_ttl_ms, now_ms}``, else
+#: ``{code}``.
+RENEWAL_CODES = frozenset((RELEASED, NOT_HELD, OTHER_HOLDER, FORCED))
+#: The codes of a token-checked release's reply.
+RELEASE_CODES = frozenset((*RENEWAL_CODES, LEFT_QUEUE, RELEASED_BEFORE))
 #: First value of an acquire script's reply ``{TOO_LATE, now_ms}``: the request reached Redis
 #: after its deadline and wrote nothing (see :mod:`..runtime.deadlines`).
 TOO_LATE = -3
+#: First value of an acquire script's reply ``{EVICTED, now_ms}``: the token's hold was
+#: force-released (an operator evicted it before its caller learned of it, or the request is
+#: a late copy of the evicted holder's acquire); nothing granted, the token is spent.
+EVICTED = -4
 
 
 def text(value: Any) -> str:
@@ -78,9 +94,23 @@ class TooLate:
     server_now_ms: int
 
 
-def decode_too_late(reply: Sequence[Any]) -> TooLate | None:
-    """The reply of an acquire that came too late, or None for any other reply."""
-    return TooLate(server_now_ms=int(reply[1])) if int(reply[0]) == TOO_LATE else None
+@dataclass(frozen=True, slots=True)
+class Evicted:
+    """No grant: the token's hold was force-released (server time ``server_now_ms``). The
+    token is spent; a caller still acquiring asks again with a fresh one."""
+
+    server_now_ms: int
+
+
+def decode_refusal(reply: Sequence[Any]) -> TooLate | Evicted | None:
+    """The reply of an acquire that came too late or with an evicted token, or None for any
+    other reply."""
+    code = int(reply[0])
+    if code == TOO_LATE:
+        return TooLate(server_now_ms=int(reply[1]))
+    if code == EVICTED:
+        return Evicted(server_now_ms=int(reply[1]))
+    return None
 
 
 def decode_acquired(reply: Sequence[Any]) -> Acquired:
@@ -95,6 +125,31 @@ def decode_acquired(reply: Sequence[Any]) -> Acquired:
 def decode_renewal(reply: Sequence[Any]) -> int | None:
     """A ``{1, new_ttl_ms, now_ms}`` / ``{0}`` / ``{-1}`` reply: the new TTL in ms, or None."""
     return int(reply[1]) if int(reply[0]) == 1 else None
+
+
+def read_renewal(reply: Any) -> tuple[int, int | None]:
+    """A renewal's reply, checked strictly, as (code, new TTL in ms or None); ValueError if
+    it is not one the scripts send (a connection that handed over another call's reply)."""
+    if not isinstance(reply, list | tuple) or not reply:
+        raise ValueError("not an array")
+    code = int(reply[0])
+    if code not in RENEWAL_CODES or len(reply) != (3 if code == RELEASED else 1):
+        raise ValueError("not a renewal's reply")
+    new_ttl_ms = decode_renewal(reply)
+    if new_ttl_ms is not None and new_ttl_ms <= 0:
+        raise ValueError("not a TTL")
+    return code, new_ttl_ms
+
+
+def read_release(reply: Any) -> int:
+    """A token-checked release's reply, checked strictly, as its code; ValueError (or
+    TypeError) if it is not one the scripts send."""
+    if isinstance(reply, bool) or not isinstance(reply, int | bytes | str):
+        raise TypeError(f"not an integer: {type(reply).__name__}")
+    code = int(reply)
+    if code not in RELEASE_CODES:
+        raise ValueError("not a release's reply")
+    return code
 
 
 def loss_reason(code: int) -> str:

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .keys import SemaphoreKeys
-from .replies import Acquired, Contended, TooLate, decode_acquired, decode_too_late
+from .replies import (
+    Acquired,
+    Contended,
+    Evicted,
+    TooLate,
+    decode_acquired,
+    decode_refusal,
+    text,
+)
 from .scripting import Call, load
 
 __all__ = [
@@ -36,6 +44,7 @@ class SemaphoreState:
     limit: int | None  # None when nobody holds or waits
     waiting: int
     ttl_ms: int | None  # the asking token's remaining life; None if it holds no slot
+    ticket: int | None = None  # the ticket of the asking token's slot; None if it holds none
 
 
 def _all(keys: SemaphoreKeys) -> tuple[str, ...]:
@@ -75,11 +84,13 @@ def acquire_call(
     )
 
 
-def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | LimitMismatch | TooLate:
+def decode_acquire(
+    reply: Sequence[Any],
+) -> Acquired | Contended | LimitMismatch | TooLate | Evicted:
     code = int(reply[0])
     if code == 1:
         return decode_acquired(reply)
-    late = decode_too_late(reply)
+    late = decode_refusal(reply)
     if late is not None:
         return late
     if code == 0:
@@ -92,18 +103,29 @@ def decode_acquire(reply: Sequence[Any]) -> Acquired | Contended | LimitMismatch
     return LimitMismatch(stored_limit=int(reply[1]))
 
 
-def release_call(keys: SemaphoreKeys, token: str, *, forced: bool = False) -> Call:
+def release_call(
+    keys: SemaphoreKeys, token: str, *, forced: bool = False, ticket: int | None = None
+) -> Call:
     """Release (or leave the queue) by ``token``; with ``forced`` the token is a holder id,
-    and the call gets an id of its own, recognised if resent."""
+    and the call gets an id of its own, recognised if resent. ``ticket``: the holder's slot
+    (None: whatever the token holds), so that a later admission of the token is told apart."""
     return Call(
         load("sem_release"),
         _all(keys),
-        (token, "holder" if forced else "token", secrets.token_hex(4) if forced else "-"),
+        (
+            token,
+            "holder" if forced else "token",
+            secrets.token_hex(4) if forced else "-",
+            "" if ticket is None else str(ticket),
+        ),
     )
 
 
-def refresh_call(keys: SemaphoreKeys, token: str, ttl_ms: int) -> Call:
-    return Call(load("sem_refresh"), _all(keys), (token, ttl_ms))
+def refresh_call(keys: SemaphoreKeys, token: str, ttl_ms: int, ticket: int | None) -> Call:
+    """Refresh the slot of ``token`` admitted with ``ticket`` (None: whatever its ticket)."""
+    return Call(
+        load("sem_refresh"), _all(keys), (token, ttl_ms, "" if ticket is None else str(ticket))
+    )
 
 
 def state_call(keys: SemaphoreKeys, token: str | None) -> Call:
@@ -112,9 +134,11 @@ def state_call(keys: SemaphoreKeys, token: str | None) -> Call:
 
 def decode_state(reply: Sequence[Any]) -> SemaphoreState:
     count, limit, waiting, ttl_ms = (int(value) for value in reply[:4])
+    ticket = text(reply[5]) if len(reply) > 5 else ""
     return SemaphoreState(
         count=count,
         limit=limit or None,
         waiting=waiting,
         ttl_ms=ttl_ms if ttl_ms >= 0 else None,
+        ticket=int(ticket) if ticket else None,
     )

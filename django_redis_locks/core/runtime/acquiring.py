@@ -34,7 +34,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from django_redis_locks.core.connection.backend import Backend
 from django_redis_locks.core.errors import LockBackendError, LockError
 from django_redis_locks.core.protocol import replies
-from django_redis_locks.core.protocol.holder import holder_id
+from django_redis_locks.core.protocol.holder import holder_id, new_token
 from django_redis_locks.core.protocol.lock_calls import WAITER_LEASE_MS
 from django_redis_locks.core.protocol.scripting import Call
 from django_redis_locks.core.protocol.wake_messages import decode_wake
@@ -125,6 +125,13 @@ class Request(Generic[K]):
             self._clock = self.backend.server_clock(self.keys.route)
         return self._clock
 
+    def spend_token(self) -> None:
+        """The token was evicted (see :class:`..protocol.replies.Evicted`): go on with a
+        fresh one, as a new arrival; copies of the spent one's attempts are the caller's to
+        watch first."""
+        self.token = new_token()
+        self.deadline_ms, self.resent, self.copies_until = 0, False, 0.0
+
     def deadline(self) -> Operation[int]:
         """The deadline (server ms) of an attempt sent now (see :mod:`.deadlines`), noted as
         the attempt on its way. Once per process and server, before its first attempt, it
@@ -181,9 +188,9 @@ class Acquirer(Protocol[K]):
 
     def _attempt(
         self, request: Request[K], queue: bool
-    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate]: ...
+    ) -> Operation[replies.Acquired | replies.Contended | replies.TooLate | replies.Evicted]: ...
 
-    def _release_call(self, keys: K, token: str) -> Call: ...
+    def _release_call(self, keys: K, token: str, fence: int | None = None) -> Call: ...
 
     def _grant(self, request: Request[K], result: replies.Acquired, started: float) -> None: ...
 
@@ -198,7 +205,8 @@ def acquire_steps(
     deadline = None if wait is None else time.monotonic() + wait
     waiter = None
     attempting = queued = False
-    result: replies.Acquired | replies.Contended | None = None  # (the last attempt's reply)
+    # (the last attempt's reply)
+    result: replies.Acquired | replies.Contended | replies.Evicted | None = None
     try:
         if blocking and request.backend.hub().ready:
             # The process listens already: register at once, so that a release between
@@ -208,6 +216,10 @@ def acquire_steps(
             attempting = True
             started, result = yield from _attempt_in_time(primitive, request, blocking)
             attempting = False
+            if isinstance(result, replies.Evicted):
+                _start_anew(primitive, request, waiter)
+                waiter, queued = None, False
+                continue
             if isinstance(result, replies.Acquired):
                 if waiter is not None:
                     # Stop listening before the grant is recorded: an interruption while
@@ -220,12 +232,7 @@ def acquire_steps(
             holder_left = result.holder_ttl_ms / 1000 if result.holder_ttl_ms >= 0 else None
             remaining = None if deadline is None else deadline - time.monotonic()
             if not blocking or (remaining is not None and remaining <= 0):
-                if queued:
-                    yield from _leave_queue(primitive, request)
-                logger.debug("acquire: %s %r is taken", primitive.kind, primitive.name)
-                _watch(primitive, request, "copies of a refused acquire", now=False)
-                primitive._contended(result.retry_after)
-                return Outcome(False, result.retry_after)
+                return (yield from _refused(primitive, request, queued, result))
             if waiter is None:
                 # Register before the next attempt, so no release can slip in between.
                 waiter = yield Listen(_wake_key(request), min(remaining or 1.0, 1.0))
@@ -263,7 +270,7 @@ def acquire_steps(
 
 def _attempt_in_time(
     primitive: Acquirer[K], request: Request[K], queue: bool
-) -> Operation[tuple[float, replies.Acquired | replies.Contended]]:
+) -> Operation[tuple[float, replies.Acquired | replies.Contended | replies.Evicted]]:
     """One attempt; one that reached Redis after its deadline wrote nothing (an earlier copy
     may have) and is asked again at once, with a deadline from the server time its answer
     carried and the same token, up to _LATE_TRIES times in all. Returns the reply and the
@@ -278,6 +285,36 @@ def _attempt_in_time(
         f"{primitive.kind} {primitive.name!r}: the acquire reached Redis after its deadline "
         f"{_LATE_TRIES} times in a row (each valid {request.backend.request_window:g} s)"
     )
+
+
+def _refused(
+    primitive: Acquirer[K], request: Request[K], queued: bool, result: replies.Contended
+) -> Operation[Outcome]:
+    """The acquire ends without the name: leave the queue, watch for late copies."""
+    if queued:
+        yield from _leave_queue(primitive, request)
+    logger.debug("acquire: %s %r is taken", primitive.kind, primitive.name)
+    _watch(primitive, request, "copies of a refused acquire", now=False)
+    primitive._contended(result.retry_after)
+    return Outcome(False, result.retry_after)
+
+
+def _start_anew(primitive: Acquirer[K], request: Request[K], waiter: Any) -> None:
+    """An operator force-released what the request's token was granted (a hand-over not
+    confirmed yet, a grant whose reply was lost) before the acquire learned of it: nothing
+    is held and the token is spent (:class:`..protocol.replies.Evicted`). Go on with a fresh
+    token, as a new arrival (a place in the queue went with the eviction); the listener for
+    the spent token's wake-ups is closed."""
+    logger.info(
+        "acquire: %s %r: its grant was force-released before it was confirmed; asking "
+        "again as a new arrival",
+        primitive.kind,
+        primitive.name,
+    )
+    _watch(primitive, request, "copies of an evicted acquire", now=False)
+    request.spend_token()
+    if waiter is not None:
+        waiter.close()
 
 
 def _wake_key(request: Request[Any]) -> str:

@@ -119,7 +119,7 @@ def renewal_replied(
     new_ttl_ms: int | None = None
     if not isinstance(result, Exception):
         try:
-            code, new_ttl_ms = _renewal_reply(result)
+            code, new_ttl_ms = replies.read_renewal(result)
         except Exception as exc:  # not a renewal's reply: its outcome is unknown
             result = _unreadable(f"renew: {renewal.label}", result, exc)
     if isinstance(result, Exception):
@@ -144,7 +144,7 @@ def reclaim_replied(item: Reclaim, result: Any, sent_at: float | None = None) ->
     sent_at = now if sent_at is None else sent_at
     if not isinstance(result, Exception):
         try:
-            result = _release_reply(result)
+            result = replies.read_release(result)
         except Exception as exc:  # not a release's reply: its outcome is unknown
             result = _unreadable(f"reclaim: {item.what}", result, exc)
     if isinstance(result, Exception):
@@ -176,39 +176,6 @@ def reclaim_replied(item: Reclaim, result: Any, sent_at: float | None = None) ->
     # request landing in the lifetime's second half is undone too.
     item.due = min(now + item.interval, item.until) if now < item.until else now + item.interval
     return False
-
-
-#: The codes of a renewal's reply: ``{1, new_ttl_ms, now_ms}``, else ``{code}``.
-_RENEWAL_CODES = frozenset(
-    (replies.RELEASED, replies.NOT_HELD, replies.OTHER_HOLDER, replies.FORCED)
-)
-
-
-def _renewal_reply(reply: Any) -> tuple[int, int | None]:
-    """A renewal's reply as (code, new TTL in ms or None); ValueError if it is not one."""
-    if not isinstance(reply, list | tuple) or not reply:
-        raise ValueError("not an array")
-    code = int(reply[0])
-    if code not in _RENEWAL_CODES or len(reply) != (3 if code == replies.RELEASED else 1):
-        raise ValueError("not a renewal's reply")
-    new_ttl_ms = replies.decode_renewal(reply)
-    if new_ttl_ms is not None and new_ttl_ms <= 0:
-        raise ValueError("not a TTL")
-    return code, new_ttl_ms
-
-
-#: The codes of a token-checked release's reply.
-_RELEASE_CODES = frozenset((*_RENEWAL_CODES, replies.LEFT_QUEUE, replies.RELEASED_BEFORE))
-
-
-def _release_reply(reply: Any) -> int:
-    """A release's reply as its code; ValueError (or TypeError) if it is not one."""
-    if isinstance(reply, bool) or not isinstance(reply, int | bytes | str):
-        raise TypeError(f"not an integer: {type(reply).__name__}")
-    code = int(reply)
-    if code not in _RELEASE_CODES:
-        raise ValueError("not a release's reply")
-    return code
 
 
 class UnreadableReply(Exception):

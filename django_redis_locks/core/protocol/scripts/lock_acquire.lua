@@ -37,12 +37,17 @@
 --                                  estimate_ms how long until it is likely free (at most
 --                                  holder_ttl_ms), from the lengths of recent holds
 --   {-3, now_ms}                   the request came after its deadline: nothing written
+--   {-4, now_ms}                   this token's hold was force-released (the name's recent
+--                                  releases say so): an operator evicted it before its
+--                                  caller learned of it, or this is a late copy of the
+--                                  holder's acquire; nothing written, the token is spent
 --
 -- Fairness: blocked waiters are served in arrival order (a release hands the lock to the
 -- first of them), and nobody takes a free lock while an earlier waiter is due, except the
 -- session whose slice is running (see lib/lock).
 -- @include registry
 -- @include lock
+-- @include gone
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -55,10 +60,16 @@ local ttl = tonumber(ARGV[2])
 local member = lock_member(KEYS[1])
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'session', 'slice_end',
-    'reserved', 'acquired', 'avg')
+    'reserved', 'acquired', 'avg', 'gone')
 local holder_ttl = -1
 if held[1] then
     holder_ttl = tonumber(held[2]) - now_ms
+end
+-- A token evicted by a forced release never holds or waits again: its holder must learn of
+-- the eviction (at its next call), not find the name granted to it anew by a late copy.
+if held[9] and string.find(held[9], 'X', 1, true) and not (held[1] == token and holder_ttl > 0)
+        and gone_in(held[9], string.sub(redis.sha1hex(token), 1, 16)) == 'X' then
+    return {-4, now_ms}
 end
 if held[1] and holder_ttl > 0 then
     if held[1] == token then

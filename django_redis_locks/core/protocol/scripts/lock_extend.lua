@@ -13,12 +13,17 @@
 -- ARGV[5]  sequence number of this extend among the hold's extends (1, 2, ...): one that is
 --          not larger than the last applied is a resend, and changes nothing; 0: no sequence
 --          (renewals, which may run any number of times)
+-- ARGV[6]  the fence of the caller's hold ("": not checked): the token holding with another
+--          fence holds a later grant, made by a late copy of its acquire after the caller's
+--          hold ended (see deadlines.py), and is not the caller's to extend
 --
 -- The registry member ("lock:<name>") comes from KEYS[1].
 --
 -- Reply:
 --   {1, new_ttl_ms, now_ms}  extended (for a resend: the life it has now)
---   {0}                      no live hold: it expired or was removed; nothing written
+--   {0}                      no live hold: it expired or was removed (or the token holds
+--                            a later grant than the caller's, another fence); nothing
+--                            written
 --   {-1}                     held with another token; nothing written
 --   {-2}                     the token's hold was force-released; nothing written
 -- @include registry
@@ -26,13 +31,14 @@
 -- @include gone
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'xseq', 'gone')
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'xseq', 'gone', 'fence')
 local live = held[1] and tonumber(held[2]) > now_ms
-if not live or held[1] ~= ARGV[1] then
+local mine = live and held[1] == ARGV[1]
+if not mine or (ARGV[6] ~= '' and held[5] ~= ARGV[6]) then
     if gone_in(held[4], string.sub(redis.sha1hex(ARGV[1]), 1, 16)) == 'X' then
         return {-2}
     end
-    return live and {-1} or {0}
+    return (live and not mine) and {-1} or {0}
 end
 local remaining = tonumber(held[2]) - now_ms
 local seq = tonumber(ARGV[5])

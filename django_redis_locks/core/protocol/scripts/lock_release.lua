@@ -12,6 +12,10 @@
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
 -- ARGV[3]  forced release: the request's id (random), so that it is recognised if resent
+-- ARGV[4]  release by the holder: the fence of its hold ("": not checked). The token holding
+--          with another fence holds a later grant (a late copy of its acquire, after the
+--          holder's own hold ended): that grant is released too, and the reply says the
+--          holder's hold was gone (0, or -2 if it was force-released)
 --
 -- The registry member ("lock:<name>") comes from KEYS[1]; wake-up messages go to the
 -- waiter's own channel (see the wake-up format in wake_messages.py). A release that leaves the lock
@@ -21,9 +25,11 @@
 --    1  released (evicted, for a forced release)
 --    3  that very release (or forced release request) happened already: this is a resend
 --    2  the token was not holding but waiting: it left the queue
---    0  no live hold: it expired or was removed; nothing written
+--    0  no live hold: it expired or was removed; nothing written (or, with a fence, the
+--       token's later grant was released)
 --   -1  held with another token (or another holder id); nothing written
---   -2  the token's hold was force-released; nothing written
+--   -2  the token's hold was force-released; nothing written (or, with a fence, the
+--       token's later grant was released)
 -- @include registry
 -- @include lock
 -- @include gone
@@ -63,12 +69,21 @@ if not match then
     return 0
 end
 
+-- A later grant of the holder's token, not its hold: released all the same, but the holder
+-- is told its own hold was gone, and an eviction on record stays on record.
+local stale = not forced and ARGV[4] ~= '' and held[3] ~= ARGV[4]
+local evicted = stale and gone_in(held[8], hid) == 'X'
+
 -- Written to the hash below, with what the outcome needs: the recent releases (a forced
 -- release is recorded apart: the evicted holder must learn that it lost the lock) and how
 -- long holds last, for waiters' estimates (a moving average).
 local fields
 if forced then
     fields = {'gone', gone_with(held[8], hid, 'X' .. hid .. '.' .. ARGV[3])}
+elseif evicted then
+    fields = {'gone', held[8]}
+elseif stale then
+    fields = {'gone', gone_with(held[8], hid, 'R' .. hid)}
 else
     fields = {'gone', gone_with(held[8], hid, 'R' .. hid)}
     local lasted = now_ms - tonumber(held[6] or now_ms)
@@ -111,5 +126,10 @@ else
     redis.call('HSET', KEYS[1], 'fence', held[3], unpack(fields))
     redis.call('PEXPIRE', KEYS[1], LOCK_RETENTION_MS)
     registry_remove(KEYS[5], KEYS[6], member)
+end
+if evicted then
+    return -2
+elseif stale then
+    return 0
 end
 return 1

@@ -37,6 +37,11 @@
 --   {-1, stored_limit}               the semaphore is in use with another limit: nothing
 --                                    written
 --   {-3, now_ms}                     the request came after its deadline: nothing written
+--   {-4, now_ms}                     this token's hold was force-released (the recent
+--                                    releases say so): an operator evicted it before its
+--                                    caller learned of it, or this is a late copy of the
+--                                    holder's acquire; the token is spent (only expired
+--                                    holders and waiters were cleared)
 --
 -- Fairness: free slots go to queued waiters first, in ticket order (see lib/semaphore's
 -- admission), and a newcomer takes a free slot only when every live queued waiter holds one;
@@ -45,6 +50,7 @@
 -- key lives as long as the last holder or waiter.
 -- @include registry
 -- @include semaphore
+-- @include gone
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -100,7 +106,13 @@ end
 
 local holding = semaphore_count(KEYS[1], now_ms)
 local queued = waiting and redis.call('ZSCORE', KEYS[2], token)
-local info = redis.call('HMGET', KEYS[4], 'limit', 'ticket')
+local info = redis.call('HMGET', KEYS[4], 'limit', 'ticket', 'gone')
+-- A token evicted by a forced release never holds or waits again: its holder must learn of
+-- the eviction (at its next call), not find a slot granted to it anew by a late copy.
+if info[3] and string.find(info[3], 'X', 1, true)
+        and gone_in(info[3], string.sub(redis.sha1hex(token), 1, 16)) == 'X' then
+    return finish({-4, now_ms})
+end
 local fields = {}  -- what to write to the info hash
 if info[1] ~= ARGV[2] then
     if info[1] and (holding > 0 or waiting) then

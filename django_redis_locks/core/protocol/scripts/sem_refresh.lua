@@ -10,12 +10,16 @@
 -- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
 -- ARGV[1]  token
 -- ARGV[2]  new ttl in milliseconds (> 0), counted from now
+-- ARGV[3]  the ticket of the caller's slot ("": not checked): the token holding a slot with
+--          another ticket holds a later admission, made by a late copy of its acquire after
+--          the caller's hold ended (see deadlines.py), and is not the caller's to refresh
 --
 -- The registry member ("sem:<name>") comes from KEYS[1].
 --
 -- Reply:
 --   {1, ttl_ms, now_ms}  refreshed
---   {0}                  not a holder (expired or released): nothing written
+--   {0}                  not a holder (expired or released; or a holder with another
+--                        ticket than the caller's): nothing written
 --   {-2}                 its slot was force-released: nothing written
 -- @include registry
 -- @include semaphore
@@ -23,6 +27,12 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if expires and ARGV[3] ~= '' and tonumber(expires) > now_ms then
+    local record = redis.call('HGET', KEYS[4], 'h:' .. ARGV[1]) or ''
+    if string.match(record, '^%d+ (%d+)') ~= ARGV[3] then
+        expires = nil  -- a later admission of the token: not the caller's slot
+    end
+end
 if not expires or tonumber(expires) <= now_ms then
     if gone_kind(KEYS[4], string.sub(redis.sha1hex(ARGV[1]), 1, 16)) == 'X' then
         return {-2}

@@ -12,6 +12,10 @@
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
 -- ARGV[3]  forced release: the request's id (random), so that it is recognised if resent
+-- ARGV[4]  release by the holder: the ticket of its slot ("": not checked). The token
+--          holding a slot with another ticket holds a later admission (a late copy of its
+--          acquire, after the holder's own hold ended): that slot is released too, and the
+--          reply says the holder's slot was gone (0, or -2 if it was force-released)
 --
 -- The registry member ("sem:<name>"), also the start of wake-up messages (wake_messages.py), comes
 -- from KEYS[1].
@@ -21,8 +25,10 @@
 --       queued waiter, if any, who was told
 --    3  that very release (or forced release request) happened already: this is a resend
 --    2  the token was not holding but waiting: it left the queue
---    0  neither holding nor waiting (expired, or never admitted): nothing written
---   -2  the token's slot was force-released: nothing written
+--    0  neither holding nor waiting (expired, or never admitted): nothing written (or, with
+--       a ticket, the token's later admission was released)
+--   -2  the token's slot was force-released: nothing written (or, with a ticket, the
+--       token's later admission was released)
 -- @include registry
 -- @include semaphore
 -- @include gone
@@ -48,13 +54,22 @@ else
 end
 
 local outcome = 0
+local freed = false  -- a slot was given back (its holder's, or a later admission's)
 local kept = nil
 local expires = token and redis.call('ZSCORE', KEYS[1], token)
 if expires and tonumber(expires) > now_ms then
     local info = redis.call('HMGET', KEYS[4], 'h:' .. token, 'avg', 'gone')
+    -- A later admission of the holder's token, not its slot: released all the same, but
+    -- the holder is told its own slot was gone, and an eviction on record stays on record.
+    local stale = not forced and ARGV[4] ~= ''
+        and string.match(info[1] or '', '^%d+ (%d+)') ~= ARGV[4]
     local gone
     if forced then
         gone = gone_with(info[3], hid, 'X' .. hid .. '.' .. ARGV[3])
+    elseif stale and gone_in(info[3], hid) == 'X' then
+        gone, outcome = info[3], -2
+    elseif stale then
+        gone, outcome = gone_with(info[3], hid, 'R' .. hid), 0
     else  -- how long holds last, for waiters' estimates (a moving average)
         gone = gone_with(info[3], hid, 'R' .. hid)
         info[2] = semaphore_average(info[1], info[2], now_ms)
@@ -69,7 +84,10 @@ if expires and tonumber(expires) > now_ms then
     else  -- the last holder left and nobody waits: semaphore_keep keeps these two
         kept = {gone, info[2]}
     end
-    outcome = 1
+    if not stale then
+        outcome = 1
+    end
+    freed = true
 elseif not forced and waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
     waiting = redis.call('EXISTS', KEYS[2]) == 1
     outcome = 2
@@ -84,7 +102,7 @@ else
     end
 end
 
-if waiting and (outcome == 1 or outcome == 2 or dropped > 0) then
+if waiting and (freed or outcome == 2 or dropped > 0) then
     -- a slot or a place ahead is free
     semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], member, now_ms)
     waiting = redis.call('EXISTS', KEYS[2]) == 1
