@@ -16,7 +16,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, cast
 
 import pytest
 
@@ -27,6 +27,7 @@ from django_redis_locks.core.registry import force_release
 from tests.harness.servers import wait_until
 from tests.helpers import Proxied, held_ttl_ms, is_held, proxied_backend
 
+Kind = Literal["lock", "semaphore"]
 #: The proxied clients' socket timeout: a request that can grant is valid twice as long.
 SOCKET_TIMEOUT = 1.0
 WINDOW = 2 * SOCKET_TIMEOUT
@@ -255,7 +256,7 @@ def test_a_late_copy_of_an_evicted_semaphore_holders_ask_is_refused(proxied: Pro
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_a_waiter_whose_hand_over_is_evicted_before_it_confirms_asks_again_as_a_new_arrival(
-    proxied: Proxied, kind: str
+    proxied: Proxied, kind: Kind
 ) -> None:
     """A release hands the name to a waiter that hears of it late (its replies and wake-ups
     take 0.3 s); an operator force-releases that hand-over before the waiter confirms it.
@@ -269,7 +270,7 @@ def test_a_waiter_whose_hand_over_is_evicted_before_it_confirms_asks_again_as_a_
         return Semaphore("evicted-handover", 1, client=backend, timeout=30)
 
     holder, waiter = make(direct), make(proxied.backend)
-    keys = waiter._keys_for(proxied.backend)
+    keys: Any = waiter._keys_for(proxied.backend)
     assert holder.acquire(blocking=False)
     seen: list[Any] = []
 
@@ -282,7 +283,7 @@ def test_a_waiter_whose_hand_over_is_evicted_before_it_confirms_asks_again_as_a_
     thread = threading.Thread(target=wait_then_check)
     thread.start()
     wait_until(lambda: proxied.direct.zcard(keys.queue) == 1, timeout=5, what="queued")
-    [first_token] = proxied.direct.zrange(keys.queue, 0, -1)
+    [first_token] = cast(list[bytes], proxied.direct.zrange(keys.queue, 0, -1))
     evicted = holder_id(first_token.decode())
 
     def handed_over() -> bool:
@@ -302,7 +303,7 @@ def test_a_waiter_whose_hand_over_is_evicted_before_it_confirms_asks_again_as_a_
     direct.close()
 
 
-def _primitive(kind: str, name: str, proxied: Proxied, **options: Any) -> Lock | Semaphore:
+def _primitive(kind: Kind, name: str, proxied: Proxied, **options: Any) -> Lock | Semaphore:
     if kind == "lock":
         return Lock(name, client=proxied.backend, **options)
     return Semaphore(name, 3, client=proxied.backend, **options)
@@ -318,7 +319,7 @@ def _check(primitive: Lock | Semaphore) -> None:
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_a_late_copy_landing_after_the_eviction_left_the_record_is_told_apart_by_its_fence(
-    proxied: Proxied, kind: str
+    proxied: Proxied, kind: Kind
 ) -> None:
     """An outside review: three holds of the name end after the eviction, so the name's
     recent releases no longer list it, and the late copy of the evicted holder's acquire is
@@ -341,7 +342,7 @@ def test_a_late_copy_landing_after_the_eviction_left_the_record_is_told_apart_by
     assert reply.startswith(b"*5\r\n:1\r\n"), reply  # granted again, with a fresh fence
     with pytest.raises(LockLost):
         _check(evicted)
-    keys = evicted._keys_for(proxied.backend)
+    keys: Any = evicted._keys_for(proxied.backend)
     if kind == "lock":
         wait_until(lambda: not is_held(proxied.direct, keys.lock), timeout=2, what="given back")
     else:
@@ -403,7 +404,7 @@ def test_an_auto_renewed_evicted_holder_does_not_renew_a_late_grant_of_its_token
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_an_evicted_holders_release_of_a_late_grant_reports_the_loss(
-    proxied: Proxied, kind: str
+    proxied: Proxied, kind: Kind
 ) -> None:
     """An outside review: past the record, the evicted holder's release() found its token
     holding (the late grant) and released it silently: the holder never learned that its

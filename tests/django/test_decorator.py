@@ -172,7 +172,7 @@ def test_each_call_has_its_own_token_and_calls_do_not_nest() -> None:
             except LockAlreadyHeld as error:
                 inner = type(error).__name__
         other = nested(depth + 1) if depth < 1 else [depth]  # another name: runs
-        return [depth, inner, *other]
+        return [depth, inner, *(other or [])]
 
     assert nested(0) == [0, "LockAlreadyHeld", 1, None, 1]
 

@@ -277,7 +277,7 @@ def test_a_nested_call_with_the_same_name_says_it_is_held_by_this_caller() -> No
         return "inner ran"
 
     @redis_lock("nested:{pk}", timeout=10)
-    def outer(pk: int) -> str:
+    def outer(pk: int) -> str | None:
         return inner(pk)
 
     with pytest.raises(LockAlreadyHeld, match=r"'nested:1' is already held by this caller"):
