@@ -15,6 +15,10 @@ import redis
 
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend, SemaphoreLimitMismatch
+from django_redis_locks.core.protocol import lock_calls, semaphore_calls
+from django_redis_locks.core.protocol.holder import new_token
+from django_redis_locks.core.protocol.replies import Acquired, Contended
+from tests.harness.acl import silent_channel
 from tests.harness.servers import wait_until
 
 
@@ -141,3 +145,71 @@ def test_a_waiter_that_takes_the_lock_itself_is_not_starved(
         thread.join(15)
     assert not errors
     assert result == [True], f"W starved while the others were served {served} times"
+
+
+def server_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_a_waiter_that_takes_a_crashed_holders_lock_with_its_own_recheck_leaves_the_queue(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """H (0.3 s) never releases; W queues, and its next try after H ran out takes the lock as
+    the queue's head. It holds, so it waits no more: its place is gone (a place left behind
+    would stand before every later waiter, and a release would hand the lock to W again)."""
+    keys = backend.keys.lock("crashed-holder")
+    h, w = new_token(), new_token()
+    granted = lock_calls.decode_acquire(
+        backend.run_many([lock_calls.acquire_call(keys, h, 300, "{}")])[0]
+    )
+    assert isinstance(granted, Acquired)
+
+    def ask() -> object:
+        call = lock_calls.acquire_call(
+            keys, w, 30_000, "{}", queue=True, lease_ms=10_000, channel=silent_channel(backend)
+        )
+        return lock_calls.decode_acquire(backend.run_many([call])[0])
+
+    assert isinstance(ask(), Contended)
+    assert redis_client.zscore(keys.queue, w) is not None
+    wait_until(
+        lambda: server_ms(redis_client) > granted.server_now_ms + 300, timeout=5, what="H ran out"
+    )
+    assert isinstance(ask(), Acquired)
+    assert redis_client.zscore(keys.queue, w) is None
+    assert redis_client.zcard(keys.queue) == 0
+
+
+def test_a_waiter_leaving_the_queue_admits_the_next_one_to_a_free_slot(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """Limit 1: X (0.3 s) never releases; W1 and W2 queue. Once X ran out, W1 gives up: the
+    script that takes W1's place away admits W2 at once, not at W2's next re-check."""
+    keys = backend.keys.semaphore("leaving-waiter")
+    x, w1, w2 = new_token(), new_token(), new_token()
+    granted = semaphore_calls.decode_acquire(
+        backend.run_many(
+            [semaphore_calls.acquire_call(keys, x, 1, 300, "{}", queue=False, lease_ms=0)]
+        )[0]
+    )
+    assert isinstance(granted, Acquired)
+    for token in (w1, w2):
+        call = semaphore_calls.acquire_call(
+            keys,
+            token,
+            1,
+            30_000,
+            "{}",
+            queue=True,
+            lease_ms=10_000,
+            channel=silent_channel(backend),
+        )
+        assert isinstance(semaphore_calls.decode_acquire(backend.run_many([call])[0]), Contended)
+    wait_until(
+        lambda: server_ms(redis_client) > granted.server_now_ms + 300, timeout=5, what="X ran out"
+    )
+    assert redis_client.zscore(keys.holders, w2) is None
+    backend.run_many([semaphore_calls.release_call(keys, w1)])
+    admitted = redis_client.zscore(keys.holders, w2)
+    assert admitted is not None and admitted > server_ms(redis_client)

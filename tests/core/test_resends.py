@@ -16,7 +16,11 @@ import pytest
 import redis
 
 from django_redis_locks import Lock, LockLost, Semaphore
+from django_redis_locks.core import Backend
 from django_redis_locks.core.events import Event, subscribe, unsubscribe
+from django_redis_locks.core.protocol import lock_calls
+from django_redis_locks.core.protocol.holder import new_token
+from django_redis_locks.core.protocol.replies import Acquired
 from django_redis_locks.inspection import force_release, get_lock
 from tests.helpers import Proxied, held_ttl_ms, is_held, proxied_backend
 
@@ -155,3 +159,22 @@ def test_a_resent_force_release_evicts_once_and_says_so(
     )
     with pytest.raises(LockLost, match="force-released"):
         renew()
+
+
+def test_a_late_copy_of_an_extend_after_a_renewal_still_counts_once(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """An extend is recognised as resent by its sequence number; a renewal in between (which
+    has none) must not make the lock forget the last one applied: the late copy adds nothing."""
+    keys = backend.keys.lock("extended-then-renewed")
+    token = new_token()
+    granted = lock_calls.decode_acquire(
+        backend.run_many([lock_calls.acquire_call(keys, token, 30_000, "{}")])[0]
+    )
+    assert isinstance(granted, Acquired)
+    extend = lock_calls.extend_call(keys, token, 10_000, "add", 3_600_000, seq=1)
+    renewal = lock_calls.extend_call(keys, token, 30_000, "max", 3_600_000)
+    for call in (extend, renewal, extend):  # the last: the extend's late copy
+        assert int(backend.run_many([call])[0][0]) == 1
+    left_ms = held_ttl_ms(redis_client, keys.lock)
+    assert left_ms is not None and 39_000 < left_ms <= 40_000  # not 50 s

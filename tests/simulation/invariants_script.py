@@ -7,6 +7,7 @@ Each check is a function named after the promise; it returns the violations it f
 from __future__ import annotations
 
 from django_redis_locks.core.protocol.constants import RECENT_RELEASES
+from django_redis_locks.core.protocol.wake_messages import split_message
 
 from .invariants_replies import REPLY_CHECKS, Found, forced, holder_id, ints, refused
 from .probe import ScriptRun, Seen
@@ -35,30 +36,48 @@ def released_token_gone(run: ScriptRun) -> Found:
     return found
 
 
+def handed(run: ScriptRun) -> set[str]:
+    """The queued tokens this script handed the lock to or admitted (acquires and releases
+    only: an extend or refresh of a holder that is also queued (after a failover, the replica
+    may still have the place its confirmation removed) is neither)."""
+    if not run.name.endswith(("_acquire", "_release")):
+        return set()
+    now, before, after = run.now_ms, run.before, run.after
+    if before.kind == "lock":
+        token = after.holder(now)
+        if token and token in after.queue and before.fields[:2] != after.fields[:2]:
+            return {token}
+        return set()
+    return {
+        t
+        for t, score in after.holders.items()
+        if score > now and t in after.queue and before.holders.get(t) != score
+    }
+
+
+def handed_is_woken(run: ScriptRun) -> Found:
+    """A waiter handed the lock or admitted by another caller's script is told at once: the
+    script publishes a wake-up message naming it (without it, the waiter comes only at its
+    re-check, and a hand-over's window may run out first). The caller's own grant is in its
+    reply."""
+    caller = run.arg(0) if run.name.endswith("_acquire") else ""
+    told = {split_message(m)[0].rpartition("#")[2] for m in run.published}
+    return [
+        ("handed_is_woken", f"{run.name} handed {token[:8]} without a wake-up")
+        for token in handed(run)
+        if token != caller and holder_id(token) not in told
+    ]
+
+
 def handed_to_live_waiter(run: ScriptRun) -> Found:
     """A hand-over (lock) or admission (semaphore) made by this script goes to a queued
     waiter whose lease runs, and in ticket order: no live waiter ahead of it is left without
-    the name (lock: the one handed it is first in the queue). Only acquires and releases
-    hand over or admit: an extend or refresh of a holder that is also queued (after a
-    failover, the replica may still have the place its confirmation removed) is neither."""
-    if not run.name.endswith(("_acquire", "_release")):
-        return []
-    now, before, after = run.now_ms, run.before, run.after
-    if before.kind == "lock":
-        fresh = set()
-        token = after.holder(now)
-        if token and token in after.queue and before.fields[:2] != after.fields[:2]:
-            fresh = {token}
-    else:
-        fresh = {
-            t
-            for t, score in after.holders.items()
-            if score > now and t in after.queue and before.holders.get(t) != score
-        }
-    found: Found = []
+    the name (lock: the one handed it is first in the queue)."""
+    now, after = run.now_ms, run.after
     waiters = after.live_waiters(now)
     holding = after.live_holders(now)
-    for token in fresh:
+    found: Found = []
+    for token in handed(run):
         if token not in waiters:
             found.append(("handed_to_live_waiter", f"{run.name} handed {token[:8]} a dead place"))
         elif any(w not in holding for w in waiters[: waiters.index(token)]):
@@ -203,6 +222,7 @@ CHECKS = (
     *REPLY_CHECKS,
     released_token_gone,
     handed_to_live_waiter,
+    handed_is_woken,
     newcomer_waits_its_turn,
     release_hands_on,
     slice_kept,

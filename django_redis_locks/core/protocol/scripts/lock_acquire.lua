@@ -83,7 +83,6 @@ if held[1] and holder_ttl > 0 then
         return {1, held[3], holder_ttl, now_ms, 1}
     end
 else
-    holder_ttl = -1
     local reserved = tonumber(held[6] or '0') - now_ms
     local mine = held[4] == ARGV[6]
     if reserved > 0 and not mine then

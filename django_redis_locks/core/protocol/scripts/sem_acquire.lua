@@ -100,7 +100,7 @@ if mine and tonumber(mine) > now_ms then
         waiting = redis.call('EXISTS', KEYS[2]) == 1
     end
     local record = redis.call('HGET', KEYS[4], 'h:' .. token) or ''
-    local ticket = string.match(record, '^%d+ (%d+)') or '0'
+    local ticket = semaphore_record_ticket(record) or '0'
     return finish({1, ticket, left, now_ms, 1})
 end
 

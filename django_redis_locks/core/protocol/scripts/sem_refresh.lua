@@ -29,7 +29,7 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if expires and ARGV[3] ~= '' and tonumber(expires) > now_ms then
     local record = redis.call('HGET', KEYS[4], 'h:' .. ARGV[1]) or ''
-    if string.match(record, '^%d+ (%d+)') ~= ARGV[3] then
+    if semaphore_record_ticket(record) ~= ARGV[3] then
         expires = nil  -- a later admission of the token: not the caller's slot
     end
 end

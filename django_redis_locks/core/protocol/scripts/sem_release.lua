@@ -62,7 +62,7 @@ if expires and tonumber(expires) > now_ms then
     -- A later admission of the holder's token, not its slot: released all the same, but
     -- the holder is told its own slot was gone, and an eviction on record stays on record.
     local stale = not forced and ARGV[4] ~= ''
-        and string.match(info[1] or '', '^%d+ (%d+)') ~= ARGV[4]
+        and semaphore_record_ticket(info[1]) ~= ARGV[4]
     local gone
     if forced then
         gone = gone_with(info[3], hid, 'X' .. hid .. '.' .. ARGV[3])
@@ -102,8 +102,9 @@ else
     end
 end
 
-if waiting and (freed or outcome == 2 or dropped > 0) then
-    -- a slot or a place ahead is free
+if waiting and (freed or dropped > 0) then
+    -- a slot is free (a waiter leaving frees none: were a slot free beside it, the admission
+    -- that stopped at the bound on dead places left some, which this script's prune dropped)
     semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], member, now_ms)
     waiting = redis.call('EXISTS', KEYS[2]) == 1
 end

@@ -12,6 +12,7 @@
 --                       limit is 0 when nobody holds or waits; ttl_ms is the token's
 --                       remaining life, -1 if it holds no slot; ticket that of the token's
 --                       slot (its holder record), "" if it holds none
+-- @include semaphore
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local count = redis.call('ZCOUNT', KEYS[1], '(' .. now_ms, '+inf')
@@ -25,6 +26,6 @@ local mine = ARGV[1] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[1])
 if mine and tonumber(mine) > now_ms then
     ttl = tonumber(mine) - now_ms
     local record = redis.call('HGET', KEYS[4], 'h:' .. ARGV[1]) or ''
-    ticket = string.match(record, '^%d+ (%d+)') or ''
+    ticket = semaphore_record_ticket(record) or ''
 end
 return {count, limit, waiting, ttl, now_ms, ticket}

@@ -35,6 +35,12 @@ local function semaphore_member(holders_key)
     return 'sem:' .. string.match(holders_key, '}:sem:(.*)$')
 end
 
+-- The ticket of a holder record ("<acquired_ms> <ticket> <metadata JSON>", see above), as
+-- text; nil for no record ('' or nil).
+local function semaphore_record_ticket(record)
+    return string.match(record or '', '^%d+ (%d+)')
+end
+
 -- Drop holders whose TTL ran out and waiters whose lease ran out (at most SEMAPHORE_PRUNE
 -- of each); ``waiting`` says whether the queue exists. Return how many went.
 local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now_ms, waiting)
