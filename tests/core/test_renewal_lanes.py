@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +21,10 @@ import redis
 from django_redis_locks import Lock, LockLost, Semaphore
 from django_redis_locks.core import Backend
 from django_redis_locks.core.events import Event, subscribe, unsubscribe
+from django_redis_locks.core.protocol import lock_calls
+from django_redis_locks.core.protocol.holder import new_token
 from django_redis_locks.core.protocol.scripting import Call
+from django_redis_locks.core.runtime.renewal import renewer
 from tests.harness.servers import RedisCluster
 
 TTL = 1.5
@@ -209,3 +213,15 @@ def test_a_renewal_in_flight_during_a_release_reports_no_loss(
         assert events == ["acquired", "released"]
         assert hold is not None and not hold.lost and not hold.lost_event.is_set()
         backend.close()
+
+
+def test_a_watch_whose_window_has_passed_logs_a_release_not_a_negative_span(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lost hold's token is released once, even when no copy of its acquire can land any
+    more: the debug line says so, not "watching for -4441.000 s"."""
+    caplog.set_level(logging.DEBUG, logger="django_redis_locks.core.runtime.renewal")
+    call = lock_calls.release_call(backend.keys.lock("watched"), new_token())
+    renewer().watch(backend, call, time.monotonic() - 4441, 1.0, "the test's token", now=True)
+    lines = [r.getMessage() for r in caplog.records if "the test's token" in r.getMessage()]
+    assert lines == ["reclaim: releasing once: the test's token"]

@@ -9,6 +9,7 @@ second after the partition heals, not after the hold's 30 s TTL.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -62,6 +63,27 @@ def test_a_lock_acquired_during_a_partition_is_released_when_it_heals(
     assert undone < UNDONE_WITHIN
     assert lock.acquire(blocking=False)  # and the caller can simply try again
     lock.release()
+
+
+def test_a_clean_up_that_cannot_reach_redis_logs_as_a_reclaim_not_a_renewal(
+    cut: Proxied, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The failed acquire's clean-up is what finds Redis unreachable (nothing is renewed in
+    this process): its log lines name that phase, not "renew"."""
+    caplog.set_level(logging.WARNING, logger="django_redis_locks")
+    lock = Lock("partitioned-log", client=cut.backend, timeout=TTL)
+    key = lock._keys_for(cut.backend).lock
+    partitioned_acquire(cut, lambda: lock.acquire(blocking=False), lambda: is_held(cut.direct, key))
+
+    def lines() -> list[str]:
+        found = [record.getMessage() for record in caplog.records]
+        return [line for line in found if "cannot be reached" in line or "answers again" in line]
+
+    # It stops answering, then answers again (logged just after the clean-up's reply).
+    wait_until(lambda: len(lines()) == 2, timeout=5, what="both log lines")
+    assert all(line.startswith("reclaim: ") for line in lines()), lines()
+    # And the lane is named by its server, not by the client's repr.
+    assert f"reclaim: {cut.proxy.url} cannot be reached" in lines()[0], lines()
 
 
 def test_a_semaphore_slot_taken_during_a_partition_is_given_back_when_it_heals(

@@ -24,6 +24,7 @@ from django_redis_locks.core.runtime.deadlines import ServerClock, request_windo
 from django_redis_locks.core.runtime.wakeup import WakeupHub, hub_for
 from django_redis_locks.core.validation import check_ttl
 
+from .client_settings import address
 from .clients import (
     bounded_client,
     derive_async,
@@ -106,7 +107,7 @@ class Backend:
         longest = None if None in timeouts else max(t for t in timeouts if t is not None)
         self.request_window = request_window(longest)
         self._clocks: dict[str, ServerClock] = {}
-        self.name = name or repr(client)
+        self.name = name or address(client)
         self._fixed_async = fixed_async
         self._async_factory = async_client_factory or (lambda: derive_async(self.client))
         self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (

@@ -115,3 +115,22 @@ def pool_bounds(
 
 def describe(client: Any) -> str:
     return f"the {type(client).__module__}.{type(client).__qualname__} client"
+
+
+def address(client: Any) -> str:
+    """Where ``client`` connects, for log lines: ``redis://host:port/db``, a socket path, a
+    Sentinel service or a Cluster's first node; its type when none is known. Never a
+    password."""
+    pool = getattr(client, "connection_pool", None)
+    service = getattr(pool, "service_name", None)
+    if service:
+        return f"Sentinel service {service!r}"
+    settings = getattr(pool, "connection_kwargs", None) or {}
+    if settings.get("path"):
+        return f"unix://{settings['path']}?db={settings.get('db', 0)}"
+    if settings.get("host"):
+        return f"redis://{settings['host']}:{settings.get('port', 6379)}/{settings.get('db', 0)}"
+    nodes = getattr(getattr(client, "nodes_manager", None), "startup_nodes", None)
+    if nodes:
+        return f"Redis Cluster at {next(iter(nodes))}"
+    return describe(client)

@@ -197,7 +197,7 @@ class _Lane:
         except Exception as exc:
             results = [exc] * len(calls)
         failure = next((r for r in results if isinstance(r, Exception)), None)
-        self._note_health(failure)
+        self._note_health(failure, "renew" if live else "reclaim")
         for (renewal, generation), result in zip(live, results, strict=False):
             renewal_replied(renewal, generation, result, sent_at, self._lost)
         done = [
@@ -211,11 +211,14 @@ class _Lane:
                 if not self._renewals and not self._reclaims:
                     self._idle_since = time.monotonic()
 
-    def _note_health(self, failure: Exception | None) -> None:
+    def _note_health(self, failure: Exception | None, phase: str) -> None:
+        """Log when the lane's Redis stops or starts answering, under the phase of the work
+        that found it out: "renew" when renewals went, "reclaim" when only clean-ups did (of
+        an acquire that failed, or a release that could not be sent)."""
         if failure is not None and not self._failing:
-            logger.warning("renew: %s cannot be reached, retrying: %s", self.name, failure)
+            logger.warning("%s: %s cannot be reached, retrying: %s", phase, self.name, failure)
         elif failure is None and self._failing:
-            logger.warning("renew: %s answers again", self.name)
+            logger.warning("%s: %s answers again", phase, self.name)
         self._failing = failure is not None
 
     def _lost(self, renewal: Renewal, reason: str, generation: int) -> None:
@@ -270,7 +273,11 @@ class Renewer:
     ) -> None:
         """Send ``call`` (a token-checked release) at growing intervals until ``until``, and
         at ``until``, whatever it finds (see :meth:`Reclaim.watching`)."""
-        logger.debug("reclaim: watching for %.3f s: %s", until - time.monotonic(), what)
+        left = until - time.monotonic()
+        if left > 0:
+            logger.debug("reclaim: watching for %.3f s: %s", left, what)
+        else:  # no copy can land any more, but one may have landed: released once
+            logger.debug("reclaim: releasing once: %s", what)
         item = Reclaim.watching(backend, call, until, lifetime, what, now=now)
         self._lane(backend, call.keys[0]).reclaim(item)
 
