@@ -103,3 +103,27 @@ def test_a_release_in_the_millisecond_a_hold_ends_finds_no_hold(
         assert redis_client.hget(keys.lock, "token") == token.encode()  # nothing written
         lock._forget(lock._current_hold())  # type: ignore[arg-type]
         redis_client.delete(keys.lock)
+
+
+def test_an_extend_in_the_millisecond_a_hold_ends_does_not_revive_it(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """An extend (or a renewal) that runs in the very millisecond the hold ends finds no live
+    hold (0, nothing written), as one a millisecond later does: it never revives the hold."""
+    keys = backend.keys.lock("ending-extend-ms")
+    warm_up = Lock("warm-up", client=backend)
+    assert warm_up.acquire(blocking=False)
+    warm_up.extend(1)  # the extend script is loaded
+    warm_up.release()
+    for index in range(20):
+        token = f"t{index}"
+        granted = backend.run_many([lock_calls.acquire_call(keys, token, 10_000, "{}")])[0]
+        assert int(granted[0]) == 1
+        extend = lock_calls.extend_call(keys, token, 10_000, "max", 60_000)
+        with redis_client.pipeline(transaction=True) as pipe:
+            pipe.eval(END_LOCK_NOW, 1, keys.lock)
+            pipe.evalsha(*extend.evalsha_args())
+            ended_at, reply = pipe.execute()
+        assert [int(v) for v in reply] == [0], f"try {index}: ended at {ended_at}, got {reply}"
+        assert int(redis_client.hget(keys.lock, "expires") or 0) == ended_at  # nothing written
+        redis_client.delete(keys.lock)

@@ -322,12 +322,12 @@ def _lease_over(client: redis.Redis, keys: LockKeys, token: str) -> bool:
     return lease is not None and lease < seconds * 1000 + micros // 1000
 
 
-#: Reserves the lock for ARGV[1]'s session until the next millisecond (server time), as a
-#: release within a slice that ends then would.
-RESERVE_TO_NEXT_MS = """
+#: Reserves the lock for ARGV[1]'s session until ARGV[2] milliseconds from now (server time),
+#: as a release within a slice that ends then would.
+RESERVE = """
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local until_ms = string.format('%.0f', now_ms + 1)
+local until_ms = string.format('%.0f', now_ms + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'token', 'gone', 'expires', '0', 'session', ARGV[1],
     'reserved', until_ms, 'slice_end', until_ms)
 return now_ms
@@ -345,7 +345,7 @@ def test_a_session_that_takes_its_lock_back_in_its_slices_last_millisecond_keeps
     for index in range(50):
         call = protocol.acquire_call(keys, f"t{index}", 10_000, "{}", session="s1", slice_ms=5_000)
         with redis_client.pipeline(transaction=True) as pipe:
-            pipe.eval(RESERVE_TO_NEXT_MS, 1, keys.lock, "s1")
+            pipe.eval(RESERVE, 1, keys.lock, "s1", 1)
             pipe.evalsha(*call.evalsha_args())
             reserved_at, reply = pipe.execute()
         granted = protocol.decode_acquire(reply)
@@ -353,6 +353,54 @@ def test_a_session_that_takes_its_lock_back_in_its_slices_last_millisecond_keeps
         if granted.server_now_ms == reserved_at:  # one millisecond of the slice was left
             same_ms += 1
             assert int(redis_client.hget(keys.lock, "slice_end") or 0) == reserved_at + 1
+        redis_client.delete(keys.lock)
+    assert same_ms >= 5, f"only {same_ms} of 50 tries ran in the reservation's millisecond"
+
+
+def reserve_then_acquire(
+    client: redis.Redis, keys: LockKeys, left_ms: int, session: str, token: str
+) -> tuple[int, Any]:
+    """Reserve the lock for session s1 with ``left_ms`` to go, then run ``session``'s acquire,
+    in one MULTI; the reservation's start (server ms) and the decoded reply."""
+    call = protocol.acquire_call(keys, token, 10_000, "{}", session=session, slice_ms=5_000)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.eval(RESERVE, 1, keys.lock, "s1", left_ms)
+        pipe.evalsha(*call.evalsha_args())
+        reserved_at, reply = pipe.execute()
+    return int(reserved_at), protocol.decode_acquire(reply)
+
+
+def test_another_session_is_refused_in_a_reservations_last_millisecond(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """A lock reserved for a session's slice stays its own to the end: another session's
+    acquire in the reservation's last millisecond is refused."""
+    keys = backend.keys.lock("reserved-last-ms")
+    Lock("warm-up", client=backend).acquire(blocking=False)  # the scripts are loaded
+    same_ms = 0
+    for index in range(50):
+        reserved_at, outcome = reserve_then_acquire(redis_client, keys, 1, "s2", f"t{index}")
+        if getattr(outcome, "server_now_ms", None) == reserved_at:  # 1 ms of it was left
+            same_ms += 1
+            assert isinstance(outcome, Contended), f"try {index}: {outcome}"
+        redis_client.delete(keys.lock)
+    assert same_ms >= 5, f"only {same_ms} of 50 tries ran in the reservation's millisecond"
+
+
+def test_a_session_taking_its_lock_as_its_reservation_ends_starts_a_new_slice(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """In the very millisecond a reservation ends, the lock is free: the session that takes
+    it (its own or not) gets a slice of its own, not the one that just ended."""
+    keys = backend.keys.lock("reserved-ends-ms")
+    Lock("warm-up", client=backend).acquire(blocking=False)  # the scripts are loaded
+    same_ms = 0
+    for index in range(50):
+        reserved_at, outcome = reserve_then_acquire(redis_client, keys, 0, "s1", f"t{index}")
+        assert isinstance(outcome, Acquired), f"try {index}: {outcome}"
+        if outcome.server_now_ms == reserved_at:  # the reservation ended this millisecond
+            same_ms += 1
+            assert int(redis_client.hget(keys.lock, "slice_end") or 0) == reserved_at + 5_000
         redis_client.delete(keys.lock)
     assert same_ms >= 5, f"only {same_ms} of 50 tries ran in the reservation's millisecond"
 

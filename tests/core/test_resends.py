@@ -178,3 +178,24 @@ def test_a_late_copy_of_an_extend_after_a_renewal_still_counts_once(
         assert int(backend.run_many([call])[0][0]) == 1
     left_ms = held_ttl_ms(redis_client, keys.lock)
     assert left_ms is not None and 39_000 < left_ms <= 40_000  # not 50 s
+
+
+def test_a_resent_release_is_recognised_after_another_tokens_hold_ended_twice(
+    backend: Backend,
+) -> None:
+    """The recent releases keep every other holder's entry when one token's hold ends a
+    second time (a late copy of its acquire granted it again, and that grant was released):
+    the list is rebuilt with that token's newer entry, and B's resent release is still
+    recognised (3), not taken for a release of nothing (0)."""
+    keys = backend.keys.lock("ended-twice")
+    t, b = new_token(), new_token()
+
+    def run(call: Any) -> Any:
+        return backend.run_many([call])[0]
+
+    for token in (t, b):
+        assert int(run(lock_calls.acquire_call(keys, token, 30_000, "{}"))[0]) == 1
+        assert run(lock_calls.release_call(keys, token)) == 1
+    assert int(run(lock_calls.acquire_call(keys, t, 30_000, "{}"))[0]) == 1  # the late copy
+    assert run(lock_calls.release_call(keys, t)) == 1  # undone: t's hold ended twice
+    assert run(lock_calls.release_call(keys, b)) == 3  # B's release, resent: recognised

@@ -106,7 +106,8 @@ def test_context_manager_raises_semaphore_full_with_retry_after(backend: Backend
         ):
             pytest.fail("the body ran without a slot")
         assert isinstance(info.value, LockNotAcquired)
-        assert info.value.retry_after is not None and 2 < info.value.retry_after <= 3
+        # Just taken, no history: as long again as it has run, at least 1 s.
+        assert info.value.retry_after is not None and 1.0 <= info.value.retry_after < 2
     assert holder.count() == 0
 
 

@@ -140,9 +140,12 @@ def wakeup_names_a_waiter(run: ScriptRun) -> Found:
     return found
 
 
-def _one_hold_left(avg: float, held_ms: float) -> float:
+def _one_hold_left(avg: float | None, held_ms: float) -> float:
     """How long a hold held ``held_ms`` likely has left, by the average hold ``avg``: the
-    rest of the average, or, past it, about one more hold (at most 1 s, at least 1 ms)."""
+    rest of the average, or, past it, about one more hold (at most 1 s, at least 1 ms); with
+    no history (``avg`` None), as long again as it has run (at least 1 s)."""
+    if avg is None:
+        return max(held_ms, 1000.0)
     left = avg - held_ms
     return left if left > 0 else max(min(avg, 1000.0), 1.0)
 
@@ -154,8 +157,9 @@ def estimate_documented(run: ScriptRun) -> Found:
     average, at most 1 s), at most the holder's remaining TTL, the reply's ``holder_ttl_ms``
     (lock) or ``wait_ms`` (semaphore: the first live holder's TTL, which it checks too); for a
     semaphore the soonest such figure among the first SEMAPHORE_ESTIMATED holders to expire
-    (after the script; by expiry, then token, as Redis ranks them). No history, no live holder
-    (a lock's reservation or hand-over): the TTL itself."""
+    (after the script; by expiry, then token, as Redis ranks them). No history: as long again
+    as the holder has held it (at least 1 s). No live holder (a lock's reservation or
+    hand-over): the TTL itself."""
     values = ints(run.reply)
     if run.name not in ("lock_acquire", "sem_acquire") or not values or len(values) != 5:
         return []
@@ -166,9 +170,9 @@ def estimate_documented(run: ScriptRun) -> Found:
     if run.name == "lock_acquire":  # from the lock as the script found it
         seen = run.before
         holder, acquired, avg = seen.holder(now), seen.fields[5], seen.fields[6]
-        if holder and holder != run.arg(0) and avg:
+        if holder and holder != run.arg(0):
             held = now - float(acquired or now)
-            expected = min(_one_hold_left(float(avg), held), wait)
+            expected = min(_one_hold_left(float(avg) if avg else None, held), wait)
     else:  # from the holders after its admissions, as semaphore_estimate reads them
         seen = run.after
         live = sorted((score, t) for t, score in seen.holders.items() if score > now)
@@ -176,10 +180,10 @@ def estimate_documented(run: ScriptRun) -> Found:
         if wait != first:
             return [("estimate_documented", f"sem_acquire: wait_ms {wait}, first holder {first}")]
         avg = seen.fields[1]
-        if avg and wait >= 0:
+        if wait >= 0:
             for _, token in live[:SEMAPHORE_ESTIMATED]:
                 held = now - float(seen.acquired.get(token) or now)
-                expected = min(expected, _one_hold_left(float(avg), held))
+                expected = min(expected, _one_hold_left(float(avg) if avg else None, held))
     if estimate != int(expected):
         detail = f"{run.name} estimated {estimate} ms, documented {int(expected)} ms (ttl {wait})"
         return [("estimate_documented", detail)]

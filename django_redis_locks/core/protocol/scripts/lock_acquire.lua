@@ -35,7 +35,8 @@
 --                                  keeps it, -1 when it is free;
 --                                  position is the 1-based place in the queue (0: not queued);
 --                                  estimate_ms how long until it is likely free (at most
---                                  holder_ttl_ms), from the lengths of recent holds
+--                                  holder_ttl_ms), from the lengths of recent holds (see
+--                                  lib/estimate)
 --   {-3, now_ms}                   the request came after its deadline: nothing written
 --   {-4, now_ms}                   this token's hold was force-released (the name's recent
 --                                  releases say so): an operator evicted it before its
@@ -45,6 +46,7 @@
 -- Fairness: blocked waiters are served in arrival order (a release hands the lock to the
 -- first of them), and nobody takes a free lock while an earlier waiter is due, except the
 -- session whose slice is running (see lib/lock).
+-- @include estimate
 -- @include registry
 -- @include lock
 -- @include gone
@@ -116,15 +118,11 @@ if ARGV[4] == 'queue' then
     position = lock_enqueue(KEYS[2], KEYS[3], KEYS[4], token, now_ms, now_us, tonumber(ARGV[5]),
         ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
 end
--- How long until the name is likely free: from how long recent holds lasted (``avg``),
--- bounded by the holder's TTL; without history, that TTL.
+-- How long until the name is likely free (lib/estimate), at most the holder's TTL; no live
+-- holder (a slice's reservation, or a hand-over to an earlier waiter): that TTL.
 local estimate = holder_ttl
-if held[8] and held[1] and held[1] ~= token and tonumber(held[2]) > now_ms then
-    local avg = tonumber(held[8])
-    estimate = avg - (now_ms - tonumber(held[7] or now_ms))
-    if estimate <= 0 then  -- it runs longer than usual: about one more hold (>= 1 ms)
-        estimate = math.max(math.min(avg, 1000), 1)
-    end
-    estimate = math.min(estimate, holder_ttl)
+if held[1] and held[1] ~= token and tonumber(held[2]) > now_ms then
+    local held_ms = now_ms - tonumber(held[7] or now_ms)
+    estimate = math.min(estimate_left(held[8] and tonumber(held[8]), held_ms), holder_ttl)
 end
 return {0, holder_ttl, position, now_ms, estimate}

@@ -33,7 +33,8 @@
 --                                    holder's TTL runs out (-1: no holder); position is the
 --                                    1-based place in the queue (0: not queued);
 --                                    estimate_ms how long until a slot is likely free (at
---                                    most wait_ms), from the lengths of recent holds
+--                                    most wait_ms), from the lengths of recent holds (see
+--                                    lib/estimate)
 --   {-1, stored_limit}               the semaphore is in use with another limit: nothing
 --                                    written
 --   {-3, now_ms}                     the request came after its deadline: nothing written
@@ -48,6 +49,7 @@
 -- releases admit queued waiters themselves. Expired holders never count, so the limit holds
 -- however long a holder was paused. Every path that writes ends in semaphore_keep, so every
 -- key lives as long as the last holder or waiter.
+-- @include estimate
 -- @include registry
 -- @include semaphore
 -- @include gone

@@ -77,23 +77,20 @@ local function semaphore_average(record, avg, now_ms)
     return string.format('%.0f', lasted)
 end
 
--- How long until a slot is likely free: from how long recent holds lasted, for the first few
--- holders to expire, bounded by the first holder's TTL ``wait_ms`` (-1: nobody holds).
+-- How long until a slot is likely free: the soonest estimate (lib/estimate) among the first
+-- few holders to expire, at most the first holder's TTL ``wait_ms`` (-1: nobody holds).
 local function semaphore_estimate(holders_key, info_key, now_ms, wait_ms)
-    local avg = redis.call('HGET', info_key, 'avg')
-    if not avg or wait_ms < 0 then
+    if wait_ms < 0 then
         return wait_ms
     end
-    avg = tonumber(avg)
+    local avg = redis.call('HGET', info_key, 'avg')
+    avg = avg and tonumber(avg)
     local best = wait_ms
     local first = redis.call('ZRANGEBYSCORE', holders_key, '(' .. now_ms, '+inf', 'LIMIT', 0, 8)
     for _, token in ipairs(first) do
         local record = redis.call('HGET', info_key, 'h:' .. token) or ''
         local acquired = tonumber(string.match(record, '^(%d+)') or now_ms)
-        local left = avg - (now_ms - acquired)
-        if left <= 0 then  -- it runs longer than usual: about one more hold (>= 1 ms)
-            left = math.max(math.min(avg, 1000), 1)
-        end
+        local left = estimate_left(avg, now_ms - acquired)
         if left < best then
             best = left
         end
