@@ -23,6 +23,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
+from .conf import get_config
 from .core.errors import InvalidArgument, InvalidArgumentType, LockBackendError
 from .core.info import HolderInfo, Page, SemaphoreInfo
 from .core.protocol.holder import check_holder_id
@@ -245,6 +246,7 @@ class LiveLockAdmin(_ModelAdmin):
             "hold": hold,
             "ttl_ms": int(hold.ttl * 1000),
             "back_url": back,
+            "view_on_lost": get_config().view_on_lock_lost,
         }
         return TemplateResponse(request, self.release_template, context)
 

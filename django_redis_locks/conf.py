@@ -28,6 +28,7 @@ SETTING_NAME = "DJANGO_REDIS_LOCKS"
 _T = TypeVar("_T")
 
 OnRedisError = Literal["fail_closed", "fail_open"]
+OnLost = Literal["raise", "return"]
 
 DEFAULTS: dict[str, Any] = {
     # Cache alias whose Redis connection the locks use (django-redis or Django's RedisCache).
@@ -48,6 +49,13 @@ DEFAULTS: dict[str, Any] = {
     "VIEW_CONTENTION_STATUS": 409,
     # HTTP status a decorated view answers when Redis fails and the policy is fail_closed.
     "VIEW_REDIS_ERROR_STATUS": 503,
+    # What a decorated view does when its hold was lost while it ran (expired unrenewed, or
+    # force-released): "return" its response (the work is done; the loss is logged at ERROR)
+    # or "raise" LockLost (Django answers 500). Functions and tasks raise unless on_lost=.
+    "VIEW_ON_LOCK_LOST": "return",
+    # Most seconds a contended decorated call asks to wait (Retry-After, a retry's countdown)
+    # from the lock's estimate; the decorator's retry_after= sets a fixed wait instead.
+    "RETRY_AFTER_MAX": 60,
 }
 
 
@@ -63,6 +71,8 @@ class Config:
     replica_wait_timeout: float
     view_contention_status: int = 409
     view_redis_error_status: int = 503
+    retry_after_max: int = 60
+    view_on_lock_lost: OnLost = "return"
 
 
 def _invalid(key: str, message: str) -> ImproperlyConfigured:
@@ -104,7 +114,21 @@ def _build(user: Any) -> Config:
         if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599:
             raise _invalid(key, f"must be an HTTP error status from 400 to 599, not {status!r}")
         statuses[key] = status
+    retry_after_max = values["RETRY_AFTER_MAX"]
+    if (
+        isinstance(retry_after_max, bool)
+        or not isinstance(retry_after_max, int)
+        or not 1 <= retry_after_max <= 86_400
+    ):
+        raise _invalid(
+            "RETRY_AFTER_MAX", f"must be whole seconds from 1 to 86400, not {retry_after_max!r}"
+        )
+    view_on_lost = values["VIEW_ON_LOCK_LOST"]
+    if view_on_lost not in ("raise", "return"):
+        raise _invalid("VIEW_ON_LOCK_LOST", f"must be 'return' or 'raise', not {view_on_lost!r}")
     return Config(
+        view_on_lock_lost=view_on_lost,
+        retry_after_max=retry_after_max,
         view_contention_status=statuses["VIEW_CONTENTION_STATUS"],
         view_redis_error_status=statuses["VIEW_REDIS_ERROR_STATUS"],
         cache_alias=alias,

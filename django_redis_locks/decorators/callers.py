@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.functional import SimpleLazyObject, empty
 
+from django_redis_locks.conf import get_config
 from django_redis_locks.core.errors import (
     InvalidArgumentType,
     LockConfigurationError,
@@ -91,9 +92,14 @@ def _django_task(args: tuple[Any, ...]) -> Any:
     return getattr(getattr(context, "task_result", None), "task", None)
 
 
-def retry_after_seconds(error: LockNotAcquired) -> int:
-    """Whole seconds worth waiting before trying again: at least 1."""
-    return max(1, math.ceil(error.retry_after or 1))
+def retry_after_seconds(error: LockNotAcquired, fixed: float | None = None) -> int:
+    """Whole seconds a contended call asks to wait (``Retry-After``, a retry's countdown), at
+    least 1: ``fixed`` (the decorator's ``retry_after``) when given, else the lock's estimate
+    (``error.retry_after``; 1 s when unknown), at most the ``RETRY_AFTER_MAX`` setting."""
+    if fixed is not None:
+        return max(1, math.ceil(fixed))
+    estimate = 1.0 if error.retry_after is None else error.retry_after
+    return max(1, min(math.ceil(estimate), get_config().retry_after_max))
 
 
 def current_celery_task(args: tuple[Any, ...]) -> Any:

@@ -19,10 +19,11 @@ from typing import Any, Literal
 
 from django.http import StreamingHttpResponse
 
-from django_redis_locks.conf import get_config
+from django_redis_locks.conf import OnLost, get_config
 from django_redis_locks.core.errors import (
     LockAlreadyHeld,
     LockBackendError,
+    LockLost,
     LockNotAcquired,
     LockNotReplicated,
 )
@@ -40,7 +41,7 @@ from .callers import (
 from .kept_holds import KeptHold, keep_until_done, keep_until_streamed
 from .names import Namer
 
-__all__ = ["Guard", "OnContention", "OnRedisError"]
+__all__ = ["Guard", "OnContention", "OnLost", "OnRedisError"]
 
 logger = logging.getLogger("django_redis_locks.decorators")
 
@@ -85,6 +86,8 @@ class Guard:
         *,
         skip_result: Any,
         on_redis_error: OnRedisError | None,
+        retry_after: float | None = None,
+        on_lost: OnLost | None = None,
     ) -> None:
         self.func = func
         self.namer = namer
@@ -92,6 +95,8 @@ class Guard:
         self.on_contention = on_contention
         self.skip_result = skip_result
         self.on_redis_error = on_redis_error
+        self.retry_after = retry_after
+        self.on_lost = on_lost
         self.label = label_of(func)
         # Made (and its options checked) once; each call gets a copy for its name.
         self.template = Lock("decorated", metadata={"label": self.label}, **options)
@@ -132,7 +137,8 @@ class Guard:
             raise
         if isinstance(result, StreamingHttpResponse) or inspect.iscoroutine(result):
             return self._keep(lock, result)
-        self._release(lock, lock.release)
+        with self._releasing(lock, args):
+            lock.release()
         return result
 
     async def acall(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -162,10 +168,8 @@ class Guard:
             raise
         if isinstance(result, StreamingHttpResponse):
             return self._keep(lock, result)
-        try:
+        with self._releasing(lock, args):
             await lock.arelease()
-        except LockBackendError as error:
-            self._release_failed(lock, error)
         return result
 
     def _keep(self, lock: Lock, result: Any) -> Any:
@@ -185,6 +189,36 @@ class Guard:
             release()
         except LockBackendError as error:
             self._release_failed(lock, error)
+
+    @contextmanager
+    def _releasing(self, lock: Lock, args: tuple[Any, ...]) -> Iterator[None]:
+        """Around the release after the call returned: a failed release only logs (the lock
+        expires by its TTL; the call's result stands); a hold lost while the call ran raises
+        LockLost, or under the "return" policy is logged and the result stands."""
+        try:
+            yield
+        except LockBackendError as error:
+            self._release_failed(lock, error)
+        except LockLost as error:
+            if self._lost_policy(args) == "raise":
+                raise
+            self._log_lost(lock, error)
+
+    def _lost_policy(self, args: tuple[Any, ...]) -> OnLost:
+        """What a call whose hold was lost while it ran does: ``on_lost``, else a view's
+        ``VIEW_ON_LOCK_LOST`` setting, else "raise"."""
+        if self.on_lost is not None:
+            return self.on_lost
+        return get_config().view_on_lock_lost if request_of(args) is not None else "raise"
+
+    def _log_lost(self, lock: Lock, error: LockLost) -> None:
+        logger.error(
+            "lost: lock %r was lost while %s ran, which went on without mutual exclusion (%s); "
+            "its result is returned (on_lost='return')",
+            lock.name,
+            self.label,
+            error,
+        )
 
     def _release_failed(self, lock: Lock, error: LockBackendError) -> None:
         # The call is done; the lock expires by its TTL. Its result stands.
@@ -233,7 +267,7 @@ class Guard:
         logger.info("acquire: lock %r for %s is taken: already running", lock.name, self.label)
         if callable(self.on_contention):
             return self.on_contention(error, *args, **kwargs)
-        retry_after = retry_after_seconds(error)
+        retry_after = retry_after_seconds(error, self.retry_after)
         request = request_of(args)
         if request is not None:
             return response(

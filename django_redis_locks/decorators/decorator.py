@@ -36,7 +36,7 @@ from django_redis_locks.core.lock import Replicas, _check_replicas
 from django_redis_locks.core.validation import check_bool, check_ttl, check_wait
 
 from .callers import label_of, refuse_generators, refuse_task_objects
-from .calls import Guard, OnContention, OnRedisError
+from .calls import Guard, OnContention, OnLost, OnRedisError
 from .names import Namer, signatures_of
 
 __all__ = ["SKIPPED", "redis_lock"]
@@ -82,6 +82,8 @@ def redis_lock(
     using: str | None = None,
     wait_for_replicas: Replicas | None = None,
     on_redis_error: OnRedisError | None = None,
+    retry_after: float | None = None,
+    on_lost: OnLost | None = None,
 ) -> _Keeping: ...
 
 
@@ -98,6 +100,8 @@ def redis_lock(
     using: str | None = None,
     wait_for_replicas: Replicas | None = None,
     on_redis_error: OnRedisError | None = None,
+    retry_after: float | None = None,
+    on_lost: OnLost | None = None,
 ) -> _Skipping[None]: ...
 
 
@@ -114,6 +118,8 @@ def redis_lock(
     using: str | None = None,
     wait_for_replicas: Replicas | None = None,
     on_redis_error: OnRedisError | None = None,
+    retry_after: float | None = None,
+    on_lost: OnLost | None = None,
 ) -> _Skipping[S]: ...
 
 
@@ -129,6 +135,8 @@ def redis_lock(
     using: str | None = None,
     wait_for_replicas: Replicas | None = None,
     on_redis_error: OnRedisError | None = None,
+    retry_after: float | None = None,
+    on_lost: OnLost | None = None,
 ) -> _Skipping[Any]: ...
 
 
@@ -144,6 +152,8 @@ def redis_lock(
     using: str | None = None,
     wait_for_replicas: Replicas | None = None,
     on_redis_error: OnRedisError | None = None,
+    retry_after: float | None = None,
+    on_lost: OnLost | None = None,
 ) -> Any:
     """Decorate a function so that each call runs holding the lock named by ``key``.
 
@@ -155,7 +165,13 @@ def redis_lock(
     ``skip_result`` without running, ``"retry"`` run again later (a Celery task: its
     ``retry()``; a Django task with ``takes_context=True``: enqueued again; then it returns
     ``skip_result``), or a callable. ``on_redis_error`` overrides the ``ON_REDIS_ERROR``
-    setting. The other arguments are those of :class:`Lock`.
+    setting. ``retry_after`` fixes the seconds a contended call asks to wait (a view's
+    ``Retry-After``, a retry's countdown); None (the default) takes the lock's estimate, at most
+    the ``RETRY_AFTER_MAX`` setting. ``on_lost`` says what a call whose hold was lost while it
+    ran (it expired unrenewed, or was force-released) does when it returns: ``"raise"``
+    LockLost, or ``"return"`` its result (the loss is logged at ERROR); default: a view's
+    ``VIEW_ON_LOCK_LOST`` setting ("return"), ``"raise"`` for anything else. The other
+    arguments are those of :class:`Lock`.
 
     Raises TypeError / ValueError (InvalidArgumentType / InvalidArgument) at decoration time
     for bad arguments, a template field that names no parameter, a generator function, or a
@@ -187,6 +203,10 @@ def redis_lock(
             "skip_result",
             "is what a skipped call returns: it needs on_contention='skip' or 'retry'",
         )
+    if retry_after is not None:
+        retry_after = check_ttl(retry_after, "retry_after")
+    if on_lost not in (None, "raise", "return"):
+        raise InvalidArgument("on_lost", f"must be 'raise', 'return' or None, not {on_lost!r}")
     if on_redis_error not in (None, "fail_closed", "fail_open"):
         raise InvalidArgument(
             "on_redis_error", f"must be 'fail_closed', 'fail_open' or None, not {on_redis_error!r}"
@@ -205,6 +225,8 @@ def redis_lock(
             on_contention,
             skip_result=skip_result,
             on_redis_error=on_redis_error,
+            retry_after=retry_after,
+            on_lost=on_lost,
         )
         # asgiref's test, as Django's handlers use: it also knows functions marked with
         # markcoroutinefunction (an async class view's as_view() on Python 3.11).

@@ -7,12 +7,14 @@ import threading
 import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_redis_locks import redis_lock
+from django_redis_locks.inspection import force_release, get_lock
 
 
 class Probe:
@@ -153,8 +155,42 @@ def _kwargs_view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
 
 kwargs_view = redis_lock("slug:{slug}", timeout=10)(_kwargs_view)
 
+
+def evict_own_hold(name: str) -> None:
+    """What an operator does from the admin while the view runs: force-release its hold."""
+    info = get_lock(name)
+    assert info is not None and force_release(name, info.holder_id)
+
+
+@redis_lock("evicted:{pk}", timeout=10)
+def evicted(request: HttpRequest, pk: int) -> HttpResponse:
+    evict_own_hold(f"evicted:{pk}")
+    return HttpResponse(f"done {pk}")
+
+
+@redis_lock("evicted:{pk}", timeout=10)
+async def aevicted(request: HttpRequest, pk: int) -> HttpResponse:
+    await sync_to_async(evict_own_hold)(f"evicted:{pk}")
+    return HttpResponse(f"done {pk}")
+
+
+@redis_lock("evicted:{pk}", timeout=10, on_lost="raise")
+def evicted_strict(request: HttpRequest, pk: int) -> HttpResponse:
+    evict_own_hold(f"evicted:{pk}")
+    return HttpResponse(f"done {pk}")
+
+
+@redis_lock("refund:{order_id}", timeout=10, retry_after=7)
+def refund(request: HttpRequest, order_id: int) -> HttpResponse:
+    return HttpResponse(f"refunded {order_id}")
+
+
 urlpatterns = [
     path("charge/<int:order_id>/", charge),
+    path("refund/<int:order_id>/", refund),
+    path("evicted/<int:pk>/", evicted),
+    path("aevicted/<int:pk>/", aevicted),
+    path("evicted-strict/<int:pk>/", evicted_strict),
     path("in-turn/<int:order_id>/", charge_in_turn),
     path("acharge/<int:order_id>/", acharge),
     path("report/", report),

@@ -226,7 +226,25 @@ def test_release_asks_for_confirmation_first(releaser: Client, held: Lock) -> No
     assert "Are you sure you want to force-release the lock “order:17”" in page
     assert hid(held) in page and "shop.views.charge" in page
     assert 'type="submit" value="Yes, release it"' in page and "No, take me back" in page
+    # What the holder does (not a view's hold: LockLost when it returns).
+    assert "raises <code>LockLost</code> when it returns" in page
     assert held.owned()  # a GET changes nothing
+
+
+def test_the_confirmation_says_what_a_views_holder_answers(releaser: Client, settings: Any) -> None:
+    lock = Lock(
+        "order:18", timeout=60, metadata={"label": "shop.views.charge", "request": "POST /pay/18/"}
+    )
+    assert lock.acquire()
+    try:
+        page = releaser.get(release_url(lock)).content.decode()
+        assert "This is the hold of a view (POST /pay/18/)" in page
+        assert "still answers its own response, and logs the loss" in page
+        settings.DJANGO_REDIS_LOCKS = {**settings.DJANGO_REDIS_LOCKS, "VIEW_ON_LOCK_LOST": "raise"}
+        page = releaser.get(release_url(lock)).content.decode()
+        assert "answers HTTP 500" in page
+    finally:
+        lock.release()
 
 
 def test_release_needs_a_csrf_token(held: Lock) -> None:

@@ -135,7 +135,8 @@ def test_contention_policies_raise_skip_and_callable() -> None:
     with Lock("busy", timeout=5):
         with pytest.raises(LockNotAcquired) as info:
             strict()
-        assert info.value.retry_after is not None and 4 < info.value.retry_after <= 5
+        # No hold of the name ended yet: as long again as it has run, at least 1 s.
+        assert info.value.retry_after is not None and 1 <= info.value.retry_after < 2
         assert lenient() is None
         answer = custom(3)
         assert answer[0] == "busy" and answer[2] == (3,)

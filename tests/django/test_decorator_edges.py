@@ -5,6 +5,7 @@ retry later, and skipped runs that can be told from successful ones."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -27,7 +28,9 @@ from django_redis_locks import (
     Lock,
     LockAlreadyHeld,
     LockConfigurationError,
+    LockLost,
     LockNotAcquired,
+    Semaphore,
     redis_lock,
 )
 from django_redis_locks.core.validation import MAX_NAME_BYTES
@@ -174,10 +177,59 @@ def test_a_409_says_retry_after_one_second_for_a_short_view_not_the_ttl() -> Non
     assert response["Retry-After"] == "1"  # never 0, and not the 60 s TTL
 
 
-def test_without_history_retry_after_is_the_holders_remaining_ttl() -> None:
-    with Lock("fresh-name", timeout=30), pytest.raises(LockNotAcquired) as info:
-        Lock("fresh-name", blocking=False).__enter__()
-    assert info.value.retry_after is not None and 29 < info.value.retry_after <= 30
+def test_without_history_retry_after_is_as_long_again_as_the_hold_has_run() -> None:
+    """No hold of the name has ended yet: the estimate is as long again as the holder has
+    held it (at least 1 s), not its remaining TTL, so a caller that retries on it backs off as
+    the hold goes on."""
+    for primitive in (Lock("fresh-name", timeout=30), Semaphore("fresh-sem", 1, timeout=30)):
+        other = type(primitive)(*primitive_args(primitive), blocking=False)
+        with primitive:
+            with pytest.raises(LockNotAcquired) as info:
+                other.__enter__()
+            assert info.value.retry_after is not None and 1 <= info.value.retry_after < 1.5
+            time.sleep(1.5)  # the hold goes on (time passing is the scenario)
+            with pytest.raises(LockNotAcquired) as info:
+                other.__enter__()
+            assert info.value.retry_after is not None and 1.5 <= info.value.retry_after < 2.5
+
+
+def primitive_args(primitive: Lock | Semaphore) -> tuple[Any, ...]:
+    return (primitive.name,) if isinstance(primitive, Lock) else (primitive.name, 1)
+
+
+@pytest.mark.urls("tests.django.decorated_views")
+def test_the_first_refusal_on_a_new_name_says_retry_after_one_second_not_the_ttl() -> None:
+    with Lock("order:10", timeout=60):  # a name no hold has ended on yet
+        response = Client().get("/charge/10/")
+    assert response.status_code == 409
+    assert response["Retry-After"] == "1"  # was 60: the holder's TTL
+
+
+@pytest.mark.urls("tests.django.decorated_views")
+def test_retry_after_fixes_the_wait_a_contended_call_asks_for() -> None:
+    with Lock("refund:3", timeout=60):
+        response = Client().get("/refund/3/")
+    assert response.status_code == 409
+    assert response["Retry-After"] == "7"  # @redis_lock(..., retry_after=7)
+
+
+@pytest.mark.urls("tests.django.decorated_views")
+def test_retry_after_max_caps_the_estimate(settings: Any) -> None:
+    settings.DJANGO_REDIS_LOCKS = {**settings.DJANGO_REDIS_LOCKS, "RETRY_AFTER_MAX": 1}
+    with Lock("order:11", timeout=60):
+        time.sleep(2.1)  # estimate: about 2.1 s more (time passing is the scenario)
+        capped = Client().get("/charge/11/")
+        settings.DJANGO_REDIS_LOCKS = {**settings.DJANGO_REDIS_LOCKS, "RETRY_AFTER_MAX": 60}
+        estimated = Client().get("/charge/11/")
+    assert capped["Retry-After"] == "1"
+    assert estimated["Retry-After"] == "3"
+
+
+def test_retry_after_is_checked_when_decorating() -> None:
+    bad: Any
+    for bad in (0, -1, "5"):
+        with pytest.raises((ValueError, TypeError)):
+            redis_lock("x", retry_after=bad)
 
 
 # -- item 6: tasks that retry later, skipped runs one can tell apart -----------------------------
@@ -390,3 +442,55 @@ def decorated_lock_name() -> str:
     """The name of the lock the running decorated call holds (from the registry)."""
     [info] = list_locks("value:").items
     return info.name
+
+
+# -- a hold lost while the call ran -----------------------------------------------------------
+@pytest.mark.urls("tests.django.decorated_views")
+def test_a_view_whose_lock_was_force_released_answers_its_own_response(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The view finished its work: it answers its response (a 500 would tell the client it
+    failed, and invite a retry of work already done); the loss is logged at ERROR."""
+    with caplog.at_level(logging.ERROR, logger="django_redis_locks.decorators"):
+        response = Client().get("/evicted/1/")
+    assert response.status_code == 200 and response.content == b"done 1"
+    assert "lost: lock 'evicted:1' was lost while" in caplog.text
+    assert "its result is returned" in caplog.text
+
+
+@pytest.mark.urls("tests.django.decorated_views")
+def test_an_async_view_whose_lock_was_force_released_answers_its_own_response() -> None:
+    response = asyncio.run(AsyncClient().get("/aevicted/2/"))
+    assert response.status_code == 200 and response.content == b"done 2"
+
+
+@pytest.mark.urls("tests.django.decorated_views")
+def test_a_view_whose_lock_was_lost_raises_under_on_lost_raise(settings: Any) -> None:
+    client = Client(raise_request_exception=False)
+    assert client.get("/evicted-strict/3/").status_code == 500  # on_lost="raise"
+    settings.DJANGO_REDIS_LOCKS = {**settings.DJANGO_REDIS_LOCKS, "VIEW_ON_LOCK_LOST": "raise"}
+    assert client.get("/evicted/4/").status_code == 500
+    with pytest.raises(LockLost, match="force-released"):
+        Client().get("/evicted/5/")
+
+
+def test_a_function_whose_lock_was_lost_raises_unless_on_lost_return(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @redis_lock("evicted-job")
+    def job() -> str:
+        decorated_views.evict_own_hold("evicted-job")
+        return "result"
+
+    @redis_lock("evicted-job", on_lost="return")
+    def lenient() -> str:
+        decorated_views.evict_own_hold("evicted-job")
+        return "result"
+
+    with pytest.raises(LockLost):
+        job()
+    with caplog.at_level(logging.ERROR, logger="django_redis_locks.decorators"):
+        assert lenient() == "result"
+    assert "lost: lock 'evicted-job' was lost while" in caplog.text
+    with pytest.raises(ValueError, match="on_lost"):
+        redis_lock("x", on_lost="ignore")  # type: ignore[call-overload]

@@ -149,6 +149,10 @@ def test_default_timeout_override_sets_the_ttl_of_locks_without_timeout(
         pytest.param({"DEFAULT_TIMEOUT": True}, "DEFAULT_TIMEOUT", id="timeout-bool"),
         pytest.param({"REPLICA_WAIT_TIMEOUT": -1}, "REPLICA_WAIT_TIMEOUT", id="replica-wait"),
         pytest.param({"CLIENT_FACTORY": 5}, "CLIENT_FACTORY", id="factory-not-str"),
+        pytest.param({"RETRY_AFTER_MAX": 0}, "RETRY_AFTER_MAX", id="retry-after-zero"),
+        pytest.param({"RETRY_AFTER_MAX": 1.5}, "RETRY_AFTER_MAX", id="retry-after-float"),
+        pytest.param({"RETRY_AFTER_MAX": True}, "RETRY_AFTER_MAX", id="retry-after-bool"),
+        pytest.param({"VIEW_ON_LOCK_LOST": "ignore"}, "VIEW_ON_LOCK_LOST", id="view-on-lost"),
     ],
 )
 def test_invalid_settings_raise_improperly_configured_naming_the_key(value, named) -> None:
