@@ -21,7 +21,9 @@ from typing import Any, Literal, cast
 import pytest
 
 from django_redis_locks.core import Backend, Lock, LockLost, Semaphore
-from django_redis_locks.core.protocol.holder import holder_id
+from django_redis_locks.core.protocol import lock_calls
+from django_redis_locks.core.protocol.holder import holder_id, new_token
+from django_redis_locks.core.protocol.replies import Evicted
 from django_redis_locks.core.protocol.scripting import load
 from django_redis_locks.core.registry import force_release
 from tests.harness.servers import wait_until
@@ -425,3 +427,23 @@ def test_an_evicted_holders_release_of_a_late_grant_reports_the_loss(
         evicted.release()
     assert other.acquire(blocking=False)  # the late grant was given back by that release
     other.release()
+
+
+def test_an_evicted_token_is_refused_while_another_caller_holds_the_name(
+    make_server: Any,
+) -> None:
+    """An evicted token's acquire (its holder asking again, or a late copy) is refused (-4)
+    also while someone else holds the name, and takes no place in the queue: it must learn of
+    its eviction, not wait for a name it will never be granted."""
+    server = make_server()
+    with server.client() as client:
+        backend = Backend(client, namespace="evicted-busy")
+        keys = backend.keys.lock("busy")
+        evicted, other = new_token(), new_token()
+        assert int(backend.run_many([lock_calls.acquire_call(keys, evicted, 30_000, "{}")])[0][0])
+        forced = lock_calls.release_call(keys, holder_id(evicted), forced=True)
+        assert backend.run_many([forced]) == [1]
+        assert int(backend.run_many([lock_calls.acquire_call(keys, other, 30_000, "{}")])[0][0])
+        ask = lock_calls.acquire_call(keys, evicted, 30_000, "{}", queue=True, lease_ms=3_000)
+        assert isinstance(lock_calls.decode_acquire(backend.run_many([ask])[0]), Evicted)
+        assert client.zscore(keys.queue, evicted) is None

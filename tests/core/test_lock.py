@@ -13,6 +13,7 @@ from django_redis_locks import (
     LockLost,
     LockNotAcquired,
     LockNotOwned,
+    Semaphore,
 )
 from django_redis_locks.core import Backend
 from tests.harness.servers import wait_until
@@ -222,3 +223,25 @@ def test_release_is_recognised_when_repeated(backend: Backend) -> None:
     assert run(backend.client, call) == RELEASED
     assert run(backend.client, call) == RELEASED_BEFORE  # the retry: recognised
     lock.release()  # and the library's own call after it
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_the_estimate_follows_the_average_hold_not_its_sum(backend: Backend, kind: str) -> None:
+    """Eight holds of about 50 ms each: the moving average stays about 50 ms (each release
+    weighs a quarter), so a caller refused as the next hold starts is told about 0.05 s, not
+    a figure that grows with every hold."""
+
+    def make() -> Lock | Semaphore:
+        if kind == "lock":
+            return Lock("averaged", client=backend, timeout=30, blocking=False)
+        return Semaphore("averaged", 1, client=backend, timeout=30, blocking=False)
+
+    holder, other = make(), make()
+    for _ in range(8):
+        assert holder.acquire(blocking=False)
+        time.sleep(0.05)  # the hold's work (time passing is the scenario)
+        holder.release()
+    with holder, pytest.raises(LockNotAcquired) as info, other:
+        pass
+    retry_after = info.value.retry_after
+    assert retry_after is not None and 0.04 <= retry_after < 0.1, retry_after

@@ -87,6 +87,25 @@ UNKILLABLE = {
         "if holder[2] and tonumber(holder[2]) >= last then",
     ): "equivalent: when equal, last is given the value it has",
     (
+        "lib/semaphore.lua",
+        "if left < best then",
+        "if left <= best then",
+    ): "equivalent: when equal, best is given the value it has",
+    (
+        "lib/registry.lua",
+        "redis.call('ZADD', names_key, 0, member)",
+        "redis.call('ZADD', names_key, 1, member)",
+    ): "equivalent: every name gets the same score either way, so the lexicographic order "
+    "that registry_page reads (ZRANGEBYLEX) is the same",
+    (
+        "lib/semaphore.lua",
+        "local first = redis.call('ZRANGEBYSCORE', holders_key, '(' .. now_ms, '+inf', 'LIMIT', "
+        "0, 8)",
+        "local first = redis.call('ZRANGEBYSCORE', holders_key, '(' .. now_ms, '+inf', 'LIMIT', "
+        "0, 9)",
+    ): "outside the promises: how many of the first holders to expire the wait estimate looks "
+    "at (a hint; the reference promises none)",
+    (
         "lib/registry.lua",
         "if redis.call('PTTL', expiry_key) < keep then",
         "if redis.call('PTTL', expiry_key) <= keep then",
@@ -95,7 +114,8 @@ UNKILLABLE = {
         "lib/gone.lua",
         "if #entries >= GONE_KEEP then",
         "if #entries > GONE_KEEP then",
-    ): "outside the promises: the rare rebuild (a hold that ended twice) keeps one entry more",
+    ): "equivalent: the rebuild (a hold that ended twice) drops that hold's old entry, so the "
+    "list it rebuilds never has more than GONE_KEEP entries to keep",
 }
 _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _FLIP = {">": ">=", ">=": ">", "<": "<=", "<=": "<", "==": "~=", "~=": "=="}
