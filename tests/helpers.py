@@ -47,13 +47,18 @@ def seconds_to_wake_a_waiter(backend: Backend, name: str) -> float:
     return woken[0] - released_at
 
 
+def server_ms(client: Any) -> int:
+    """The Redis server's clock, in whole milliseconds (what the scripts read)."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def held_ttl_ms(client: Any, key: str | bytes) -> int | None:
     """Milliseconds left on the hold stored at ``key``; None when nobody holds it."""
     token, expires = client.hmget(key, "token", "expires")
     if token is None or expires is None:
         return None
-    seconds, micros = client.time()
-    left = int(expires) - (int(seconds) * 1000 + int(micros) // 1000)
+    left = int(expires) - server_ms(client)
     return left if left > 0 else None
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from django.http import StreamingHttpResponse
 
-from django_redis_locks.conf import OnLost, get_config
+from django_redis_locks.conf import OnLost, OnRedisError, get_config
 from django_redis_locks.core.errors import (
     LockAlreadyHeld,
     LockBackendError,
@@ -46,7 +46,6 @@ __all__ = ["Guard", "OnContention", "OnLost", "OnRedisError"]
 logger = logging.getLogger("django_redis_locks.decorators")
 
 OnContention = Literal["raise", "skip", "retry"] | Callable[..., Any]
-OnRedisError = Literal["fail_closed", "fail_open"]
 
 #: The (cache alias, name) pairs the decorated calls running in this context hold (a thread,
 #: greenlet or asyncio task: each has its own), so that a nested call of the same name is

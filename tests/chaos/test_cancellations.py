@@ -33,7 +33,7 @@ from django_redis_locks.core.runtime import driver
 from django_redis_locks.core.runtime.renewal import renewer
 from django_redis_locks.inspection import list_locks, list_semaphores
 from tests.harness.servers import HarnessError, wait_until
-from tests.helpers import only_recent_releases
+from tests.helpers import only_recent_releases, server_ms
 
 pytestmark = pytest.mark.chaos
 
@@ -44,11 +44,6 @@ CANCEL_SHARE = 0.6  # of the tasks of a batch get a cancellation scheduled
 PATTERNS = ("with", "timeout", "try")
 
 Primitive = Lock | Semaphore
-
-
-def server_ms(client: redis.Redis) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def leftovers(client: redis.Redis, namespace: str) -> list[str]:

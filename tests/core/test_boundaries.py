@@ -15,16 +15,12 @@ import redis
 from django_redis_locks.core import Backend, Lock, Semaphore
 from django_redis_locks.core.protocol import lock_calls, semaphore_calls
 from django_redis_locks.core.protocol.replies import Acquired, TooLate
+from tests.helpers import server_ms
 
 TRIES = 200
 #: Tries that must land in their deadline's millisecond (most do: a loopback round trip is
 #: well under a millisecond).
 AT_LEAST = 5
-
-
-def server_ms(client: redis.Redis) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def test_a_lock_acquire_in_its_deadlines_millisecond_is_granted(

@@ -20,6 +20,7 @@ from django_redis_locks.core.protocol.holder import new_token
 from django_redis_locks.core.protocol.replies import Acquired, Contended
 from tests.harness.acl import silent_channel
 from tests.harness.servers import wait_until
+from tests.helpers import server_ms
 
 
 def semaphore_key_ttls(client: redis.Redis, backend: Backend, name: str) -> dict[str, int]:
@@ -145,11 +146,6 @@ def test_a_waiter_that_takes_the_lock_itself_is_not_starved(
         thread.join(15)
     assert not errors
     assert result == [True], f"W starved while the others were served {served} times"
-
-
-def server_ms(client: redis.Redis) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def test_a_waiter_that_takes_a_crashed_holders_lock_with_its_own_recheck_leaves_the_queue(

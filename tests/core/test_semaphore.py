@@ -33,6 +33,7 @@ from django_redis_locks.core.semaphore import MAX_LIMIT
 from django_redis_locks.inspection import SemaphoreInfo, get_semaphore
 from tests.harness.acl import silent_channel
 from tests.harness.servers import wait_until
+from tests.helpers import server_ms
 
 SYNC_TWINS = ["acquire", "release", "refresh", "held", "count", "holders", "ensure_held"]
 
@@ -604,11 +605,6 @@ def test_a_script_drops_up_to_sixty_four_dead_places(
         reply = acquire("newcomer", queue=False)
         assert redis_client.zcard(keys.queue) == 0
     assert isinstance(reply, Acquired)
-
-
-def server_ms(client: redis.Redis) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 WRITES = ("pexpire", "zadd", "zrem", "hset", "hdel", "del", "publish")
