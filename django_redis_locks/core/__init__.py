@@ -30,6 +30,7 @@ Never imports Django. The module map (each package groups what changes together)
       wakeup, waiters,   the per-process wake-up listener and the waiters it wakes
       subscription
       callbacks          the callback thread (loss listeners, hooks)
+      exiting            at interpreter exit, these threads stop before Python finalizes
 
     connection/          how the core reaches Redis:
       backend            a Backend: clients, key space, defaults, the eviction check

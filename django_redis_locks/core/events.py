@@ -14,9 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from .runtime.exiting import quiet_at_exit
+
 __all__ = ["Event", "EventType", "emit", "listening", "subscribe", "unsubscribe"]
 
-logger = logging.getLogger(__name__)
+logger = quiet_at_exit(logging.getLogger(__name__))
 
 EventType = Literal["acquired", "released", "contended", "lost", "force_released"]
 

@@ -33,6 +33,7 @@ from .protocol.holder import check_metadata, holder_metadata, metadata_json, new
 from .protocol.scripting import Call
 from .runtime.acquiring import Keys, Outcome, Request, acquire_steps, lifetime
 from .runtime.driver import Detach, Eval, Operation, adrive, drive
+from .runtime.exiting import quiet_at_exit
 from .runtime.holds import Hold, HoldTable, State
 from .runtime.ownership import bound_to_caller, current_owner, owner_alive, owner_kind
 from .runtime.renewal import renewer
@@ -41,7 +42,7 @@ from .validation import check_bool, check_name, check_ttl, check_wait
 
 __all__ = ["Primitive"]
 
-logger = logging.getLogger(__name__)
+logger = quiet_at_exit(logging.getLogger(__name__))
 
 K = TypeVar("K", bound=Keys)  # the primitive's keys (LockKeys, SemaphoreKeys)
 LostCallback = Callable[[Any, str], None]

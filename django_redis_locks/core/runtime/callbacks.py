@@ -19,11 +19,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .exiting import exiting, quiet_at_exit, stop_at_exit
 from .ownership import PerRuntime
 
 __all__ = ["CallbackThread", "add_idle_hook", "callbacks"]
 
-logger = logging.getLogger(__name__)
+logger = quiet_at_exit(logging.getLogger(__name__))
 
 _IDLE_EXIT_SECONDS = 30.0
 _idle_hooks: tuple[Callable[[], None], ...] = ()
@@ -44,12 +45,16 @@ class CallbackThread:
         self._queue: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._thread: threading.Thread | None = None
         self._busy = False
+        self._exit = False  # the interpreter exits: the thread ends, pending calls do not run
+        stop_at_exit(self)
 
     def submit(self, function: Callable[..., Any], *args: Any) -> None:
         """Run ``function(*args)`` on the callback thread, after what was submitted before."""
         with self._cond:
             self._queue.append((function, args))
             thread = None
+            if exiting():  # nothing runs on the way out
+                return
             if self._thread is None:
                 thread = self._thread = threading.Thread(
                     target=self._run, name="drl-callbacks", daemon=True
@@ -63,12 +68,18 @@ class CallbackThread:
     def running(self) -> bool:
         return self._thread is not None
 
+    def stop_for_exit(self) -> threading.Thread | None:
+        with self._cond:
+            self._exit = True
+            self._cond.notify_all()
+            return self._thread
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                if not self._queue and not self._cond.wait_for(
-                    lambda: bool(self._queue), _IDLE_EXIT_SECONDS
-                ):
+                if not self._queue:
+                    self._cond.wait_for(lambda: bool(self._queue) or self._exit, _IDLE_EXIT_SECONDS)
+                if self._exit or not self._queue:
                     self._thread = None
                     return
                 function, args = self._queue.popleft()

@@ -41,6 +41,7 @@ from typing import Any
 from django_redis_locks.core.protocol.scripting import Call
 
 from .callbacks import callbacks
+from .exiting import exiting, quiet_at_exit, stop_at_exit
 from .holds import Hold
 from .ownership import PerRuntime
 from .renewal_work import (
@@ -54,7 +55,7 @@ from .renewal_work import (
 
 __all__ = ["Renewer", "renewer"]
 
-logger = logging.getLogger(__name__)
+logger = quiet_at_exit(logging.getLogger(__name__))
 
 _IDLE_EXIT_SECONDS = 10.0
 
@@ -74,6 +75,8 @@ class _Lane:
         self._wakes_at = 0.0  # when the thread wakes on its own (0: it is not waiting)
         self._failing = False
         self.rounds = 0
+        self._exit = False  # the interpreter exits: the thread ends
+        stop_at_exit(self)
 
     # -- entries -------------------------------------------------------------------------
     def add(self, renewal: Renewal) -> None:
@@ -119,13 +122,21 @@ class _Lane:
     def _poke(self, due: float) -> threading.Thread | None:
         """Called with the mutex held: wake the thread if ``due`` is earlier than it would
         wake anyway, or return a new thread for the caller to start once it let go of the
-        mutex (under gevent, starting a thread may switch greenlets)."""
+        mutex (under gevent, starting a thread may switch greenlets). None at exit."""
+        if exiting():
+            return None
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
             return self._thread
         if self._wakes_at == 0.0 or due < self._wakes_at:
             self._cond.notify()
         return None
+
+    def stop_for_exit(self) -> threading.Thread | None:
+        with self._cond:
+            self._exit = True
+            self._cond.notify_all()
+            return self._thread
 
     # -- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -150,6 +161,8 @@ class _Lane:
 
     def _wait_for_work(self) -> tuple[list[Renewal], list[Reclaim]] | None:
         while True:
+            if self._exit:
+                return None
             now = time.monotonic()
             if not self._renewals and not self._reclaims:
                 if now - self._idle_since >= _IDLE_EXIT_SECONDS:

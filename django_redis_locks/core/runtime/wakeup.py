@@ -30,13 +30,14 @@ from typing import Any
 
 from django_redis_locks.core.protocol.wake_messages import split_message
 
+from .exiting import exiting, quiet_at_exit, stop_at_exit
 from .ownership import runtime_key
 from .subscription import Subscription
 from .waiters import AsyncWaiter, SyncWaiter, Waiter
 
 __all__ = ["WakeupHub", "hub_for"]
 
-logger = logging.getLogger(__name__)
+logger = quiet_at_exit(logging.getLogger(__name__))
 
 #: The longest one read of the subscription blocks; also how fast the listener thread notices
 #: it has become idle.
@@ -77,6 +78,8 @@ class WakeupHub:
             on_broken=self._broken,
         )
         self.runtime = runtime_key()
+        self._exit = False  # the interpreter exits: the listener thread ends
+        stop_at_exit(self)
 
     # -- registration ------------------------------------------------------------------
     def register(self, member: str) -> SyncWaiter:
@@ -94,7 +97,7 @@ class WakeupHub:
             if self._thread is not None and not self._thread.is_alive():
                 logger.warning("wake-up listener on %s had died; starting it again", self._channel)
                 self._thread = None
-            if self._thread is None:
+            if self._thread is None and not exiting():
                 thread = self._thread = threading.Thread(
                     target=self._run, name=f"drl-wakeup-{self._channel}", daemon=True
                 )
@@ -212,10 +215,14 @@ class WakeupHub:
                 self._reader.release()
         self._ready.clear()
 
+    def stop_for_exit(self) -> threading.Thread | None:
+        self._exit = True  # (seen within a poll)
+        return self._thread
+
     # -- the listener thread (while asyncio waiters wait) -------------------------------
     def _run(self) -> None:
         try:
-            while not self._stopped:
+            while not self._stopped and not self._exit:
                 with self._mutex:
                     idle = time.monotonic() - self._idle_since
                     if not self._async_waiters and (not self._waiters or idle > _IDLE_EXIT_SECONDS):
