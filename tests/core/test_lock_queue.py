@@ -18,7 +18,7 @@ from django_redis_locks.core.protocol.replies import Acquired, Contended
 from django_redis_locks.inspection import get_lock
 from tests.harness.acl import silent_channel
 from tests.harness.servers import wait_until
-from tests.helpers import held_ttl_ms
+from tests.helpers import held_ttl_ms, server_ms
 
 
 def queued(client: redis.Redis, backend: Backend, name: str) -> int:
@@ -199,11 +199,13 @@ def test_a_hand_over_lasts_the_waiters_ttl_when_shorter_than_the_window(
         keys, "dead-token", 500, "{}", queue=True, lease_ms=5000, channel=silent_channel(backend)
     )
     backend.client.evalsha(*call.evalsha_args())
+    before = server_ms(redis_client)
     holder.release()  # hands the lock to the dead waiter
-    seconds, micros = redis_client.time()
+    after = server_ms(redis_client)
     expires = int(redis_client.hget(keys.lock, "expires") or 0)
     assert redis_client.hget(keys.lock, "token") == b"dead-token"
-    assert 400 < expires - (seconds * 1000 + micros // 1000) <= 500
+    # for 500 ms from the release's server time (between the two readings, however slow)
+    assert before + 500 <= expires <= after + 500
     successor = Lock("orphan", client=backend, timeout=5)
     assert not successor.acquire(blocking=False)
 
@@ -456,3 +458,63 @@ def test_a_release_looks_past_up_to_thirty_two_dead_places(
     assert (redis_client.hget(keys.lock, "token") == b"live") is handed
     if not handed:
         assert isinstance(queue("live", 10_000), Acquired)  # its next ask finds it first
+
+
+QUEUE_READS = ("exists", "zrange", "zscore", "hget")  # (ZRANGEBYSCORE: the registry too)
+
+
+def queue_reads(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in QUEUE_READS)
+
+
+def test_an_uncontended_cycle_never_looks_at_the_queue(make_server) -> None:
+    """The lock hash says whether anyone may wait (q): an acquire and release with nobody
+    queued run no command on the queue's keys, and once waiters came and went, the first look
+    that finds the queue empty clears the flag. Counted from the server's command statistics."""
+    server = make_server()
+    with server.client(socket_timeout=5) as client:
+        backend = Backend(client, namespace="lean")
+        lock = Lock("lean", client=backend, timeout=30)
+        assert lock.acquire(blocking=False)  # (the process's first call reads what it checks)
+        lock.release()
+        before = queue_reads(client)
+        for _ in range(5):
+            assert lock.acquire(blocking=False)
+            lock.release()
+        assert queue_reads(client) == before
+
+        assert lock.acquire(blocking=False)
+        waiter = Lock("lean", client=backend, timeout=30)
+        assert not waiter.acquire(timeout=0.3)  # queued, then gave up: the queue is empty
+        key = backend.keys.lock("lean").lock
+        assert client.hget(key, "q") == b"1"
+        lock.release()  # finds the queue empty: q goes
+        assert client.hget(key, "q") is None
+        before = queue_reads(client)
+        for _ in range(5):
+            assert lock.acquire(blocking=False)
+            lock.release()
+        assert queue_reads(client) == before
+
+
+def test_a_waiter_behind_more_dead_places_than_one_look_drops_is_not_bypassed(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """A release drops a bounded number of dead places (lib/lock, LOCK_PRUNE); when the live
+    waiter lies beyond them, the lock is left free, but the queue stays flagged (q), so that
+    the next acquire looks on and hands the lock to that waiter instead of taking it."""
+    keys = backend.keys.lock("crowd")
+    holder = Lock("crowd", client=backend, timeout=10, slice_seconds=0)
+    assert holder.acquire()
+    asked = server_ms(redis_client)
+    for i in range(40):
+        ask(backend, keys, f"dead-{i}", 200)
+    ask(backend, keys, "live", 60_000)
+    wait_until(lambda: server_ms(redis_client) > asked + 400, timeout=5, what="dead leases")
+    holder.release()
+    assert redis_client.hget(keys.lock, "token") is None, "one look dropped them all"
+    assert redis_client.hget(keys.lock, "q") == b"1"
+    newcomer = Lock("crowd", client=backend, timeout=10)
+    assert not newcomer.acquire(blocking=False)
+    assert redis_client.hget(keys.lock, "token") == b"live"

@@ -125,6 +125,20 @@ def lock_queue_consistent(snap: Snapshot) -> Found:
     return found
 
 
+def queue_flagged(snap: Snapshot) -> Found:
+    """A lock whose queue holds anyone, live or not yet pruned, says so in its hash (q): the
+    scripts look at the queue only then, so a waiter unflagged would never be handed the lock
+    (lib/lock)."""
+    found: Found = []
+    for key in snap.keys:
+        if snap.part(key) != "lockq":
+            continue
+        lock = snap.keys.get(key.replace(":lockq:", ":lock:", 1))
+        if lock is None or lock.fields[5] != "1":
+            found.append(("queue_flagged", f"{key} has waiters; its lock hash has no q"))
+    return found
+
+
 def semaphore_records_consistent(snap: Snapshot) -> Found:
     """Every semaphore holder (live or not yet pruned) has its h:<token> record in the info
     hash and every record a holder; every queued token has its lease and w:<token> record,
@@ -181,6 +195,7 @@ def state_invariants(snap: Snapshot) -> Found:
         + keys_outlive_contents(snap)
         + registry_covers_holds(snap)
         + lock_queue_consistent(snap)
+        + queue_flagged(snap)
         + semaphore_records_consistent(snap)
         + registry_consistent(snap)
     )

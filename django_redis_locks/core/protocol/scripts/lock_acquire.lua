@@ -62,7 +62,8 @@ local ttl = tonumber(ARGV[2])
 local member = lock_member(KEYS[1])
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'session', 'slice_end',
-    'reserved', 'acquired', 'avg', 'gone')
+    'reserved', 'acquired', 'avg', 'gone', 'q')
+local waiting = held[10]
 local holder_ttl = -1
 if held[1] then
     holder_ttl = tonumber(held[2]) - now_ms
@@ -92,7 +93,8 @@ else
     else
         local head, record = nil, nil
         if reserved <= 0 then
-            head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
+            head, record, waiting = lock_queue_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms,
+                waiting)
         end
         if not head or head == token then
             if head or reserved > 0 then  -- (the session's token may be queued: it leaves)
@@ -115,8 +117,9 @@ else
 end
 local position = 0
 if ARGV[4] == 'queue' then
-    position = lock_enqueue(KEYS[2], KEYS[3], KEYS[4], token, now_ms, now_us, tonumber(ARGV[5]),
-        ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
+    position = lock_enqueue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], token, now_ms, now_us,
+        tonumber(ARGV[5]),
+        ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8] .. ' ' .. ARGV[3], waiting)
 end
 -- How long until the name is likely free (lib/estimate), at most the holder's TTL; no live
 -- holder (a slice's reservation, or a hand-over to an earlier waiter): that TTL.

@@ -40,7 +40,7 @@ local forced = ARGV[2] == 'holder'
 local member = lock_member(KEYS[1])
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'slice_end', 'told',
-    'acquired', 'avg', 'gone')
+    'acquired', 'avg', 'gone', 'q')
 local holder = held[1]
 local live = holder and tonumber(held[2]) > now_ms
 local hid, match
@@ -99,9 +99,10 @@ end
 
 -- A hand-over released before it was confirmed leaves the queue, wherever its place is: the
 -- head, as a rule, or behind it where a failover restored places written before the hand-over.
-local head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
+local head, record, waiting = lock_queue_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms,
+    held[9])
 if head and lock_dequeue(KEYS[2], KEYS[3], KEYS[4], holder) and head == holder then
-    head, record = lock_queue_head(KEYS[2], KEYS[3], KEYS[4], now_ms)
+    head, record, waiting = lock_queue_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
 end
 local slice_left = tonumber(held[4] or '0') - now_ms
 if head and slice_left > 0 and not forced then
@@ -121,7 +122,11 @@ elseif head then
 else
     -- Free: what stays of the name is its fence, recent releases and average hold, in a small
     -- hash made anew (a hash that held the metadata keeps a large encoding), for
-    -- LOCK_RETENTION_MS.
+    -- LOCK_RETENTION_MS; and q while waiters past the pruned ones may still be queued.
+    if waiting then
+        fields[#fields + 1] = 'q'
+        fields[#fields + 1] = '1'
+    end
     redis.call('DEL', KEYS[1])
     redis.call('HSET', KEYS[1], 'fence', held[3], unpack(fields))
     redis.call('PEXPIRE', KEYS[1], LOCK_RETENTION_MS)

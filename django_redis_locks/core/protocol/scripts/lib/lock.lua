@@ -7,9 +7,12 @@
 --                    session; told: the slice_end the first waiter was told about; xseq: the
 --                    last extend applied to the current hold; gone: recent releases (see
 --                    lib/gone); avg: how long holds last (ms, a moving average), for
---                    waiters' estimates. A release that leaves the lock free keeps only fence,
---                    gone and avg, for RETENTION_MS (constants.py): a released name costs
---                    little, and its fence and recent releases outlive the hold.
+--                    waiters' estimates; q: "1" while the queue may hold waiters (set by
+--                    lock_enqueue, cleared by the first look that finds the queue empty), so
+--                    that the uncontended path never looks at the queue. A release that
+--                    leaves the lock free keeps only fence, gone and avg (and q, if set), for
+--                    RETENTION_MS (constants.py): a released name costs little, and its fence
+--                    and recent releases outlive the hold.
 -- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
 -- waiters_key  HASH  token -> "<ttl ms> <session> <slice ms> <wake-up channel> <metadata JSON>"
 --                    (lock_waiter reads it); the channel is the waiting process's own, so
@@ -65,12 +68,14 @@ local function lock_dequeue(queue_key, waiters_key, leases_key, token)
     return false
 end
 
--- The first waiter whose place is still leased, with its record. Drops waiters whose lease
--- ran out on the way, at most LOCK_PRUNE of them: past that it answers nil (as if nobody
--- waited), and later scripts drop more.
-local function lock_queue_head(queue_key, waiters_key, leases_key, now_ms)
-    if redis.call('EXISTS', queue_key) == 0 then  -- nobody waits (the usual case)
-        return nil, nil
+-- The first waiter whose place is still leased, with its record, and whether the queue may
+-- still hold waiters (the new value of the lock hash's q). ``waiting`` is q as read: unset,
+-- nobody waits and the queue is not looked at (the usual case: no command). Drops waiters
+-- whose lease ran out on the way, at most LOCK_PRUNE of them: past that it answers nil (as if
+-- nobody waited), and later scripts drop more. A queue found empty clears q.
+local function lock_queue_head(lock_key, queue_key, waiters_key, leases_key, now_ms, waiting)
+    if not waiting then
+        return nil, nil, false
     end
     local dead = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms, 'LIMIT', 0, LOCK_PRUNE)
     for _, token in ipairs(dead) do
@@ -79,21 +84,26 @@ local function lock_queue_head(queue_key, waiters_key, leases_key, now_ms)
     for _ = 1, LOCK_PRUNE do
         local head = redis.call('ZRANGE', queue_key, 0, 0)[1]
         if not head then
-            return nil, nil
+            redis.call('HDEL', lock_key, 'q')
+            return nil, nil, false
         end
         local lease = redis.call('ZSCORE', leases_key, head)
         local record = redis.call('HGET', waiters_key, head)
         if lease and record and tonumber(lease) > now_ms then
-            return head, record
+            return head, record, true
         end
         lock_dequeue(queue_key, waiters_key, leases_key, head)
     end
-    return nil, nil
+    return nil, nil, true
 end
 
 -- Take (or keep) a place in the queue, renew its lease; return the 1-based position.
-local function lock_enqueue(queue_key, waiters_key, leases_key, token, now_ms, now_us, lease_ms,
-                            record)
+-- ``waiting`` is the lock hash's q as the script last knew it: set here if it is not.
+local function lock_enqueue(lock_key, queue_key, waiters_key, leases_key, token, now_ms, now_us,
+                            lease_ms, record, waiting)
+    if not waiting then
+        redis.call('HSET', lock_key, 'q', '1')
+    end
     if redis.call('ZADD', queue_key, 'NX', now_us, token) == 1 then
         redis.call('HSET', waiters_key, token, record)
     end
