@@ -1,17 +1,21 @@
 """Django signals sent for what happens to lock and semaphore holds.
 
 Each is sent with ``sender`` = the primitive's class (:class:`Lock` or :class:`Semaphore`) and
-keyword arguments ``kind`` ("lock" or "semaphore"), ``name``, ``holder_id``, ``fence`` (the
-lock's fencing number, or the semaphore holder's ticket), ``label`` (the caller label from the
-metadata), ``reason``, ``retry_after`` and ``by``, each None where it does not apply:
+the fields of the core's :class:`~django_redis_locks.core.events.Event` as keyword arguments:
+``kind`` ("lock" or "semaphore"), ``name``, ``holder_id``, ``fence`` (the lock's fencing number,
+or the semaphore holder's ticket), ``label`` (the caller label from the metadata), ``reason``,
+``retry_after``, ``by``, ``waited``, ``held``, ``metric_name`` and ``handed_over``, each None
+where it does not apply:
 
-- ``hold_acquired``: a hold was granted.
-- ``hold_released``: its holder released it.
+- ``hold_acquired``: a hold was granted (``waited``: seconds the acquire call took;
+  ``handed_over``: a release handed it over while the call waited).
+- ``hold_released``: its holder released it (``held``: seconds since the grant).
 - ``hold_contended``: an acquire gave up because the name was taken (``retry_after``: the
-  holder's remaining TTL in seconds); ``holder_id`` is None.
-- ``hold_lost``: a holder found its hold gone (``reason``); sent from the library's callback
-  thread when the renewer finds it (never from a renewal path, so a slow receiver delays no
-  renewal), else from the holder's own thread.
+  estimated wait in seconds; ``waited``: seconds the call took; ``timed_out``: True when a
+  blocking acquire's wait ran out, False when it did not wait); ``holder_id`` is None.
+- ``hold_lost``: a holder found its hold gone (``reason``; ``held``: seconds after the grant);
+  sent from the library's callback thread when the renewer finds it (never from a renewal
+  path, so a slow receiver delays no renewal), else from the holder's own thread.
 - ``hold_force_released``: an operator evicted a hold (``by`` names who).
 
 Receivers run synchronously in the thread where it happened (the callback thread for losses
@@ -21,6 +25,8 @@ to do, so a receiver that uses the ORM leaves no connection open.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from django.db import connections
 from django.dispatch import Signal
@@ -50,30 +56,28 @@ _SIGNALS = {
     "acquired": hold_acquired,
     "released": hold_released,
     "contended": hold_contended,
+    "timed_out": hold_contended,
     "lost": hold_lost,
     "force_released": hold_force_released,
 }
+#: The Event's fields, sent as the signals' keyword arguments (``event`` becomes the signal).
+_FIELDS = tuple(f.name for f in dataclasses.fields(Event) if f.name != "event")
 
 
 def _wanted(event_type: EventType) -> bool:
-    signal = _SIGNALS[event_type]
+    signal = _SIGNALS.get(event_type)  # (renew_failed has no signal)
     # Receivers may be connected for any sender or for one of the two classes.
-    return signal.has_listeners(Lock) or signal.has_listeners(Semaphore)
+    return signal is not None and (signal.has_listeners(Lock) or signal.has_listeners(Semaphore))
 
 
 def _send(event: Event) -> None:
-    signal = _SIGNALS[event.event]
-    signal.send(
-        sender=Lock if event.kind == "lock" else Semaphore,
-        kind=event.kind,
-        name=event.name,
-        holder_id=event.holder_id,
-        fence=event.fence,
-        label=event.label,
-        reason=event.reason,
-        retry_after=event.retry_after,
-        by=event.by,
-    )
+    signal = _SIGNALS.get(event.event)
+    if signal is None:
+        return
+    arguments = {field: getattr(event, field) for field in _FIELDS}
+    if signal is hold_contended:
+        arguments["timed_out"] = event.event == "timed_out"
+    signal.send(sender=Lock if event.kind == "lock" else Semaphore, **arguments)
 
 
 def _close_database_connections() -> None:

@@ -168,7 +168,8 @@ class CapturedHolds:
     events: list[Event] = field(default_factory=list)
 
     def names(self, event: str = "acquired") -> list[str]:
-        """The names that had ``event`` ("acquired", "released", "contended", "lost"...)."""
+        """The names that had ``event`` ("acquired", "released", "contended", "timed_out",
+        "lost"...)."""
         return [e.name for e in self.events if e.event == event]
 
     def assert_held(self, name: str, *, kind: Kind = "lock") -> None:

@@ -20,17 +20,36 @@ __all__ = ["Event", "EventType", "emit", "listening", "subscribe", "unsubscribe"
 
 logger = quiet_at_exit(logging.getLogger(__name__))
 
-EventType = Literal["acquired", "released", "contended", "lost", "force_released"]
+EventType = Literal[
+    "acquired", "released", "contended", "timed_out", "lost", "renew_failed", "force_released"
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
     """One thing that happened to a lock or semaphore hold.
 
-    ``holder_id`` is None for ``contended`` (the caller got no hold); ``fence`` is the lock's
-    fencing number or the semaphore holder's ticket; ``reason`` says why a hold was lost;
-    ``retry_after`` is the estimated wait on contention (see LockNotAcquired); ``by`` names
-    who forced a release.
+    - ``acquired``: a hold was granted; ``waited``: seconds from the start of the acquire
+      call (``acquire()``, ``with``, a decorated call's lock) to the grant; ``handed_over``:
+      True when the name was already granted to the call's token when its attempt arrived:
+      handed to it by a release while it waited (or granted by an earlier copy of the attempt
+      whose reply was lost).
+    - ``released``: its holder released it; ``held``: seconds from the grant.
+    - ``contended``: an acquire that does not wait (``blocking=False``) found the name taken;
+      ``timed_out``: a blocking acquire's wait ran out. Both with ``waited`` (the whole call)
+      and ``retry_after`` (the estimated wait, see LockNotAcquired); ``holder_id`` is None.
+    - ``lost``: a holder found its hold gone; ``reason`` says why, ``held`` how long after the
+      grant it was found.
+    - ``renew_failed``: a renewal of an ``auto_renew`` hold got no reply (``reason``); it is
+      retried until the hold's TTL runs out, then the hold is ``lost``. Sent on the callback
+      thread.
+    - ``force_released``: an operator evicted a hold; ``by`` names who (sent by the process
+      that forced it, which knows neither ``held`` nor ``metric_name``).
+
+    ``fence`` is the lock's fencing number or the semaphore holder's ticket; ``label`` the
+    caller label of the metadata; ``metric_name`` the bounded name to aggregate by (the
+    primitive's ``metric_name``: given by the user, or a decorated call's key template; None:
+    not set). Times are from the process's monotonic clock.
     """
 
     event: EventType
@@ -42,6 +61,10 @@ class Event:
     reason: str | None = None
     retry_after: float | None = None
     by: str | None = None
+    waited: float | None = None
+    held: float | None = None
+    metric_name: str | None = None
+    handed_over: bool | None = None
 
 
 Listener = Callable[[Event], None]

@@ -52,6 +52,9 @@ class Lock(Primitive[LockKeys]):
     with the hold for the admin page. ``on_lost(lock, reason)`` is called when a hold turns
     out to be lost: on the library's callback thread when the renewer finds it, in the
     owner's thread when its own call (``ensure_held()``, ``release()``...) does.
+    ``metric_name`` is the bounded name the events (and the exporters built on them) carry to
+    aggregate by, where ``name`` has one value per order or user (``"order:{id}"`` for
+    ``"order:123"``); the decorator sets its key template.
 
     Blocked waiters are served in arrival order: a release hands the lock to the first of them.
     ``slice_seconds`` (default 5 ms) lets the thread or task that got the lock take it back,
@@ -81,6 +84,7 @@ class Lock(Primitive[LockKeys]):
         wait_for_replicas: Replicas | None = None,
         metadata: Mapping[str, Any] | None = None,
         on_lost: LostCallback | None = None,
+        metric_name: str | None = None,
         slice_seconds: float = DEFAULT_SLICE_SECONDS,
     ) -> None:
         super().__init__(
@@ -93,6 +97,7 @@ class Lock(Primitive[LockKeys]):
             auto_renew=auto_renew,
             metadata=metadata,
             on_lost=on_lost,
+            metric_name=metric_name,
         )
         self.wait_for_replicas = _check_replicas(wait_for_replicas)
         self.slice_seconds = _check_slice(slice_seconds)

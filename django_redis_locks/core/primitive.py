@@ -38,7 +38,7 @@ from .runtime.holds import Hold, HoldTable, State
 from .runtime.ownership import bound_to_caller, current_owner, owner_alive, owner_kind
 from .runtime.renewal import renewer
 from .runtime.renewal_work import Renewal
-from .validation import check_bool, check_name, check_ttl, check_wait
+from .validation import check_bool, check_metric_name, check_name, check_ttl, check_wait
 
 __all__ = ["Primitive"]
 
@@ -73,6 +73,7 @@ class Primitive(Generic[K]):
         auto_renew: bool,
         metadata: Mapping[str, Any] | None,
         on_lost: LostCallback | None,
+        metric_name: str | None = None,
     ) -> None:
         self.name = check_name(name)
         self.timeout = None if timeout is None else check_ttl(timeout, "timeout")
@@ -89,6 +90,7 @@ class Primitive(Generic[K]):
         if on_lost is not None and not callable(on_lost):
             raise InvalidArgumentType("on_lost", "must be callable or None")
         self.on_lost = on_lost
+        self.metric_name = check_metric_name(metric_name)
         self._backend: Backend | None = None
         if client is not None:
             self._backend = client if isinstance(client, Backend) else backend_for_client(client)
@@ -319,7 +321,7 @@ class Primitive(Generic[K]):
     def _on_hold_lost(self, hold: Hold, reason: str) -> None:
         self._watch_copies(hold)  # (the owner may not call again soon)
         logger.warning("lost: %s %r (holder %s): %s", self.kind, self.name, hold.holder_id, reason)
-        self._emit("lost", hold, reason=reason)
+        self._emit("lost", hold, reason=reason, held=time.monotonic() - hold.granted_at)
         if self.on_lost is not None:
             self.on_lost(self, reason)
 
@@ -330,6 +332,9 @@ class Primitive(Generic[K]):
         *,
         reason: str | None = None,
         retry_after: float | None = None,
+        waited: float | None = None,
+        held: float | None = None,
+        handed_over: bool | None = None,
     ) -> None:
         if listening(event):
             label = self.metadata.get("label")
@@ -343,6 +348,10 @@ class Primitive(Generic[K]):
                     label=None if label is None else str(label),
                     reason=reason,
                     retry_after=retry_after,
+                    waited=waited,
+                    held=held,
+                    metric_name=self.metric_name,
+                    handed_over=handed_over,
                 )
             )
 
@@ -393,6 +402,11 @@ class Primitive(Generic[K]):
             if primitive is not None:
                 primitive._on_hold_lost(hold, reason)
 
+        def on_renew_failed(reason: str) -> None:
+            primitive = self_ref()
+            if primitive is not None:
+                primitive._emit("renew_failed", hold, reason=reason)
+
         hold = Hold(
             token=request.token,
             fence=result.fence,
@@ -409,6 +423,7 @@ class Primitive(Generic[K]):
             self._holds.put(request.owner, hold)
             if self.auto_renew:
                 hold.renewed = True
+                hold.on_renew_failed = on_renew_failed
                 renewer().add(
                     Renewal(
                         hold,
@@ -425,7 +440,12 @@ class Primitive(Generic[K]):
                     hold.holder_id,
                     hold.fence,
                 )
-            self._emit("acquired", hold)
+            self._emit(
+                "acquired",
+                hold,
+                waited=hold.granted_at - request.asked_at,
+                handed_over=result.retried,
+            )
         except BaseException:
             # Interrupted (Ctrl-C) while recording: the acquire raises, and undoes the grant
             # in Redis (see acquiring.acquire_steps); the caller knows of no hold, so neither
@@ -438,8 +458,11 @@ class Primitive(Generic[K]):
         """The asking process's wake-up channel, recorded with a place in a queue."""
         return request.backend.hub().channel
 
-    def _contended(self, retry_after: float | None) -> None:
-        self._emit("contended", None, retry_after=retry_after)
+    def _contended(self, request: Request[Any], retry_after: float | None, blocking: bool) -> None:
+        waited = time.monotonic() - request.asked_at
+        self._emit(
+            "timed_out" if blocking else "contended", None, retry_after=retry_after, waited=waited
+        )
 
     def _release(self, hold: Hold) -> Operation[None]:
         if hold.renewed:
@@ -485,7 +508,7 @@ class Primitive(Generic[K]):
             self._forget(hold)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("release: %s %r (holder %s)", self.kind, self.name, hold.holder_id)
-            self._emit("released", hold)
+            self._emit("released", hold, held=time.monotonic() - hold.granted_at)
             return
         raise self._lost(hold, replies.loss_reason(code))
 

@@ -55,6 +55,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
 
     Like :class:`Lock`, one object may be shared by threads, greenlets and asyncio tasks, each
     with a hold of its own; it is not re-entrant, but a slot whose TTL ran out is no slot.
+    ``metric_name``: as for :class:`Lock`.
 
     Raises InvalidArgument / InvalidArgumentType (ValueError / TypeError) for bad arguments.
     """
@@ -75,6 +76,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
         auto_renew: bool = False,
         metadata: Mapping[str, Any] | None = None,
         on_lost: LostCallback | None = None,
+        metric_name: str | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -86,6 +88,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
             auto_renew=auto_renew,
             metadata=metadata,
             on_lost=on_lost,
+            metric_name=metric_name,
         )
         self.limit = check_limit(limit)
 

@@ -13,6 +13,7 @@ __all__ = [
     "MAX_WAIT_SECONDS",
     "MIN_TTL_SECONDS",
     "check_bool",
+    "check_metric_name",
     "check_name",
     "check_namespace",
     "check_ttl",
@@ -57,6 +58,14 @@ def check_name(name: object, argument: str = "name") -> str:
                 f"contains the control character U+{ord(char):04X} at position {position}",
             )
     return name
+
+
+def check_metric_name(metric_name: object) -> str | None:
+    """Return ``metric_name`` (None, or a usable name as for :func:`check_name`): the bounded
+    name events carry for aggregation, where the primitive's own name may be unbounded."""
+    if metric_name is None:
+        return None
+    return check_name(metric_name, "metric_name")
 
 
 def check_namespace(namespace: object) -> str:

@@ -99,6 +99,9 @@ class Guard:
         self.label = label_of(func)
         # Made (and its options checked) once; each call gets a copy for its name.
         self.template = Lock("decorated", metadata={"label": self.label}, **options)
+        if self.template.metric_name is None:  # bounded: the template, not the call's name
+            key = namer.key
+            self.template.metric_name = key if isinstance(key, str) else self.label
         self.label_json = f'"label":{encode_basestring(self.label)}'
 
     def _lock(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Lock:

@@ -33,7 +33,7 @@ from asgiref.sync import iscoroutinefunction
 
 from django_redis_locks.core.errors import InvalidArgument, InvalidArgumentType
 from django_redis_locks.core.lock import Replicas, _check_replicas
-from django_redis_locks.core.validation import check_bool, check_ttl, check_wait
+from django_redis_locks.core.validation import check_bool, check_metric_name, check_ttl, check_wait
 
 from .callers import label_of, refuse_generators, refuse_task_objects
 from .calls import Guard, OnContention, OnLost, OnRedisError
@@ -84,6 +84,7 @@ def redis_lock(
     on_redis_error: OnRedisError | None = None,
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
+    metric_name: str | None = None,
 ) -> _Keeping: ...
 
 
@@ -102,6 +103,7 @@ def redis_lock(
     on_redis_error: OnRedisError | None = None,
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
+    metric_name: str | None = None,
 ) -> _Skipping[None]: ...
 
 
@@ -120,6 +122,7 @@ def redis_lock(
     on_redis_error: OnRedisError | None = None,
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
+    metric_name: str | None = None,
 ) -> _Skipping[S]: ...
 
 
@@ -137,6 +140,7 @@ def redis_lock(
     on_redis_error: OnRedisError | None = None,
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
+    metric_name: str | None = None,
 ) -> _Skipping[Any]: ...
 
 
@@ -154,6 +158,7 @@ def redis_lock(
     on_redis_error: OnRedisError | None = None,
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
+    metric_name: str | None = None,
 ) -> Any:
     """Decorate a function so that each call runs holding the lock named by ``key``.
 
@@ -170,8 +175,10 @@ def redis_lock(
     the ``RETRY_AFTER_MAX`` setting. ``on_lost`` says what a call whose hold was lost while it
     ran (it expired unrenewed, or was force-released) does when it returns: ``"raise"``
     LockLost, or ``"return"`` its result (the loss is logged at ERROR); default: a view's
-    ``VIEW_ON_LOCK_LOST`` setting ("return"), ``"raise"`` for anything else. The other
-    arguments are those of :class:`Lock`.
+    ``VIEW_ON_LOCK_LOST`` setting ("return"), ``"raise"`` for anything else.
+    ``metric_name`` is the name the lock's events carry to aggregate by (default: the key
+    template, ``"order:{order_id}"``; for a callable key, the function's label), never the
+    call's own lock name. The other arguments are those of :class:`Lock`.
 
     Raises TypeError / ValueError (InvalidArgumentType / InvalidArgument) at decoration time
     for bad arguments, a template field that names no parameter, a generator function, or a
@@ -190,6 +197,7 @@ def redis_lock(
         "auto_renew": check_bool(auto_renew, "auto_renew"),
         "using": using,
         "wait_for_replicas": _check_replicas(wait_for_replicas),
+        "metric_name": check_metric_name(metric_name),
     }
     if using is not None and not isinstance(using, str):
         raise InvalidArgumentType("using", f"must be a str or None, not {type(using).__name__}")

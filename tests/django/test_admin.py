@@ -297,6 +297,10 @@ def test_release_evicts_exactly_the_shown_hold_audits_and_tells_the_holder(
             "reason": None,
             "retry_after": None,
             "by": "admin:releaser",
+            "waited": None,
+            "held": None,  # (the forcing process knows neither)
+            "metric_name": None,
+            "handed_over": None,
         }
     ]
 

@@ -26,6 +26,7 @@ from django_redis_locks import (
 from django_redis_locks.decorators.names import MAX_VALUE_CHARS, encode_value
 from django_redis_locks.inspection import get_lock
 from django_redis_locks.signals import hold_acquired, hold_contended, hold_lost, hold_released
+from django_redis_locks.testing import capture_holds
 from tests.django import decorated_tasks, decorated_views
 from tests.harness.servers import wait_until
 
@@ -490,3 +491,53 @@ def test_signals_for_acquired_released_contended_and_lost(redis_client) -> None:
     assert received[1][1]["holder_id"] is None and received[1][1]["retry_after"] > 0
     assert received[2][1]["holder_id"] == acquired["holder_id"]
     assert received[4][1]["reason"]
+    # the timings and the bounded name of the core's Event travel as keyword arguments
+    assert acquired["waited"] >= 0 and acquired["held"] is None
+    assert acquired["metric_name"] == "signalled"  # the key template
+    assert received[1][1]["timed_out"] is False and received[1][1]["waited"] >= 0
+    assert received[2][1]["held"] >= 0 and received[4][1]["held"] >= 0
+
+
+def test_a_timed_out_wait_is_sent_as_hold_contended_with_timed_out() -> None:
+    received: list[dict[str, Any]] = []
+
+    def receive(sender: Any, **kwargs: Any) -> None:
+        received.append(kwargs)
+
+    hold_contended.connect(receive)
+    try:
+        holder = Lock("waited-out", timeout=10)
+        assert holder.acquire()
+        assert not Lock("waited-out", timeout=10).acquire(timeout=0.2)
+        holder.release()
+    finally:
+        hold_contended.disconnect(receive)
+    assert [r["timed_out"] for r in received] == [True]
+    assert received[0]["waited"] >= 0.2
+
+
+def test_the_metric_name_is_the_key_template_unless_given() -> None:
+    with capture_holds() as captured:
+
+        @redis_lock("order:{order_id}")
+        def charge(order_id: int) -> None:
+            pass
+
+        @redis_lock("order:{order_id}", metric_name="orders")
+        def refund(order_id: int) -> None:
+            pass
+
+        @redis_lock(lambda order_id: f"ship:{order_id}")
+        def ship(order_id: int) -> None:
+            pass
+
+        charge(1)
+        charge(2)
+        refund(3)
+        ship(4)
+    names = {e.name: e.metric_name for e in captured.events if e.event == "acquired"}
+    assert names["order:1"] == names["order:2"] == "order:{order_id}"
+    assert names["order:3"] == "orders"
+    assert names["ship:4"] is not None and names["ship:4"].endswith("ship")  # its label
+    with pytest.raises(InvalidArgument, match="metric_name"):
+        redis_lock("x", metric_name="")

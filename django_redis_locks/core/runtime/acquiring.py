@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from django_redis_locks.core.connection.backend import Backend
@@ -111,6 +111,8 @@ class Request(Generic[K]):
     #: Until when (monotonic) a copy of an answered attempt may still land (0: none): a
     #: resent one's deadline, as the server's clock passes it.
     copies_until: float = 0.0
+    #: When the call began (``time.monotonic()``): what ``waited`` counts from.
+    asked_at: float = field(default_factory=time.monotonic)
     _clock: ServerClock | None = None
 
     @property
@@ -194,7 +196,9 @@ class Acquirer(Protocol[K]):
 
     def _grant(self, request: Request[K], result: replies.Acquired, started: float) -> None: ...
 
-    def _contended(self, retry_after: float | None) -> None: ...
+    def _contended(
+        self, request: Request[K], retry_after: float | None, blocking: bool
+    ) -> None: ...
 
 
 def acquire_steps(
@@ -232,7 +236,7 @@ def acquire_steps(
             holder_left = result.holder_ttl_ms / 1000 if result.holder_ttl_ms >= 0 else None
             remaining = None if deadline is None else deadline - time.monotonic()
             if not blocking or (remaining is not None and remaining <= 0):
-                return (yield from _refused(primitive, request, queued, result))
+                return (yield from _refused(primitive, request, queued, result, blocking))
             if waiter is None:
                 # Register before the next attempt, so no release can slip in between.
                 waiter = yield Listen(_wake_key(request), min(remaining or 1.0, 1.0))
@@ -288,14 +292,18 @@ def _attempt_in_time(
 
 
 def _refused(
-    primitive: Acquirer[K], request: Request[K], queued: bool, result: replies.Contended
+    primitive: Acquirer[K],
+    request: Request[K],
+    queued: bool,
+    result: replies.Contended,
+    blocking: bool,
 ) -> Operation[Outcome]:
     """The acquire ends without the name: leave the queue, watch for late copies."""
     if queued:
         yield from _leave_queue(primitive, request)
     logger.debug("acquire: %s %r is taken", primitive.kind, primitive.name)
     _watch(primitive, request, "copies of a refused acquire", now=False)
-    primitive._contended(result.retry_after)
+    primitive._contended(request, result.retry_after, blocking)
     return Outcome(False, result.retry_after)
 
 

@@ -62,9 +62,13 @@ class Hold:
     backend: Any  # the Backend the hold was taken on: release and extend go there
     keys: Any  # the primitive's keys on that backend
     pid: int = field(default_factory=os.getpid)
+    #: When the owner learned of the grant (``time.monotonic()``): what ``held`` counts from.
+    granted_at: float = field(default_factory=time.monotonic)
     state: State = State.HELD
     lost_reason: str | None = None
     on_lost: Callable[[str], None] | None = None  # tells the primitive (logs, events, on_lost)
+    #: Tells the primitive that a renewal got no reply (an event; on the callback thread).
+    on_renew_failed: Callable[[str], None] | None = None
     renewed: bool = False  # handed to the renewer
     lane: Any = None  # the renewer's lane that renews it now (None: none)
     release_sent: bool = False  # a release was sent: its reply may have been lost

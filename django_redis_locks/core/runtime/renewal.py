@@ -38,6 +38,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from django_redis_locks.core.events import listening
 from django_redis_locks.core.protocol.scripting import Call
 
 from .callbacks import callbacks
@@ -212,7 +213,7 @@ class _Lane:
         failure = next((r for r in results if isinstance(r, Exception)), None)
         self._note_health(failure, "renew" if live else "reclaim")
         for (renewal, generation), result in zip(live, results, strict=False):
-            renewal_replied(renewal, generation, result, sent_at, self._lost)
+            renewal_replied(renewal, generation, result, sent_at, self._lost, failed=self._failed)
         done = [
             item
             for item, result in zip(reclaims, results[len(live) :], strict=True)
@@ -233,6 +234,14 @@ class _Lane:
         elif failure is None and self._failing:
             logger.warning("%s: %s answers again", phase, self.name)
         self._failing = failure is not None
+
+    @staticmethod
+    def _failed(renewal: Renewal, reason: str) -> None:
+        """A renewal got no reply (it is retried): an event, if anyone listens, on the
+        callback thread (never on the lane)."""
+        report = renewal.hold.on_renew_failed
+        if report is not None and listening("renew_failed"):
+            callbacks().submit(report, reason)
 
     def _lost(self, renewal: Renewal, reason: str, generation: int) -> None:
         self.remove(renewal.hold)

@@ -112,9 +112,12 @@ def renewal_replied(
     result: Any,
     sent_at: float,
     lost: Callable[[Renewal, str, int], None],
+    *,
+    failed: Callable[[Renewal, str], None] | None = None,
 ) -> str:
     """Apply a renewal's reply (an exception: none came) to its hold: schedule the next
-    renewal, or report the hold lost through ``lost``. Returns what came of it."""
+    renewal, or report the hold lost through ``lost``; a renewal that got no reply and is
+    retried is told to ``failed``. Returns what came of it."""
     hold = renewal.hold
     new_ttl_ms: int | None = None
     if not isinstance(result, Exception):
@@ -127,6 +130,8 @@ def renewal_replied(
             lost(renewal, f"could not be renewed before it expired ({result})", generation)
             return "lost (no reply before expiry)"
         renewal.due = time.monotonic() + min(RETRY_SECONDS, hold.ttl / 10)
+        if failed is not None:
+            failed(renewal, str(result))
         return "no reply, retry"
     if new_ttl_ms is None:
         lost(renewal, replies.loss_reason(code), generation)
