@@ -173,8 +173,17 @@ def test_ctrl_c_stops_the_interactive_demo_and_leaves_no_process(parent: str) ->
 
         ours = {(p.pid, p.args) for p in started}
         sessions = {p.session for p in started}
-        left = [p for p in processes().values() if (p.pid, p.args) in ours or p.session in sessions]
-        assert not left, f"left behind: {left}"
+
+        def left() -> list[Proc]:
+            table = processes().values()
+            return [p for p in table if (p.pid, p.args) in ours or p.session in sessions]
+
+        # A grandchild may still be in the kernel's last steps of its exit (no command line,
+        # reparented) when the demo returns: what counts is that none stays.
+        deadline = time.monotonic() + 5
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left(), f"left behind: {left()}"
         assert not admin_answers(f"http://127.0.0.1:{port}/admin/login/")
     finally:
         if demo.poll() is None:

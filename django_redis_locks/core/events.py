@@ -16,7 +16,7 @@ from typing import Literal
 
 from .runtime.exiting import quiet_at_exit
 
-__all__ = ["Event", "EventType", "emit", "listening", "subscribe", "unsubscribe"]
+__all__ = ["Event", "EventType", "emit", "listening", "subscribe", "subscribed", "unsubscribe"]
 
 logger = quiet_at_exit(logging.getLogger(__name__))
 
@@ -92,16 +92,33 @@ def unsubscribe(listener: Listener) -> None:
         _listeners = tuple(entry for entry in _listeners if entry[0] != listener)
 
 
+def subscribed() -> bool:
+    """Whether any listener is subscribed at all (no user code runs to answer)."""
+    return bool(_listeners)
+
+
 def listening(event_type: EventType) -> bool:
     """Whether anyone wants events of ``event_type``: callers skip building unwanted ones."""
     if not _listeners:
         return False
-    return any(wants is None or wants(event_type) for _, wants in _listeners)
+    return any(_wants(listener, wants, event_type) for listener, wants in _listeners)
+
+
+def _wants(listener: Listener, wants: Wants | None, event_type: EventType) -> bool:
+    """``wants(event_type)``; one that raises is logged and taken for a yes (the listener's
+    own errors are then logged too), so it disturbs no operation."""
+    if wants is None:
+        return True
+    try:
+        return bool(wants(event_type))
+    except Exception:
+        logger.exception("event filter of %r failed on %s", listener, event_type)
+        return True
 
 
 def emit(event: Event) -> None:
     for listener, wants in _listeners:
-        if wants is not None and not wants(event.event):
+        if not _wants(listener, wants, event.event):
             continue
         try:
             listener(event)

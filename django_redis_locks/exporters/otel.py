@@ -1,7 +1,7 @@
 """OpenTelemetry metrics and spans of locks and semaphores, from the core's events.
 
-``pip install django-redis-locks[opentelemetry]``, then once per process, after your SDK is set
-up::
+``pip install django-redis-locks[opentelemetry]`` (opentelemetry-api 1.30 or newer), then once
+per process, after your SDK is set up::
 
     from django_redis_locks.exporters import otel
 
@@ -35,7 +35,7 @@ from typing import Any
 
 from django_redis_locks.core.events import Event, subscribe, unsubscribe
 
-from .prometheus import label_of
+from .prometheus import WAIT_BUCKETS, label_of
 
 __all__ = ["install", "uninstall"]
 
@@ -50,11 +50,19 @@ class _Exporter:
 
         meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
         self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
-        self.wait = meter.create_histogram(
-            "redis_locks.wait.duration", unit="s", description="How long acquire calls took."
-        )
-        self.hold = meter.create_histogram(
-            "redis_locks.hold.duration", unit="s", description="How long holds lasted."
+        # (the SDK's default buckets are for milliseconds: 0, 5, 10, 25... would put every
+        # wait under 5 s in one bucket)
+        self.wait, self.hold = (
+            meter.create_histogram(
+                f"redis_locks.{what}.duration",
+                unit="s",
+                description=description,
+                explicit_bucket_boundaries_advisory=list(WAIT_BUCKETS),
+            )
+            for what, description in (
+                ("wait", "How long acquire calls took."),
+                ("hold", "How long holds lasted."),
+            )
         )
         self.events = meter.create_counter(
             "redis_locks.events", description="What happened to holds."

@@ -53,10 +53,11 @@ def label_of(event: Event) -> str:
 
 
 class _Exporter:
-    def __init__(self, registry: Any, prefix: str) -> None:
+    def __init__(self, prefix: str) -> None:
+        """The metrics, not registered yet (see :func:`install`)."""
         from prometheus_client import Counter, Gauge, Histogram
 
-        self.registry = registry
+        registry = None
         labels = ("kind", "name")
         self.wait, self.hold = (
             Histogram(
@@ -120,7 +121,17 @@ def install(registry: Any = None, *, prefix: str = "redis_locks") -> None:
     with _mutex:
         if id(registry) in _installed:
             return
-        exporter = _installed[id(registry)] = _Exporter(registry, prefix)
+        exporter = _Exporter(prefix)
+        registered: list[Any] = []
+        try:
+            for collector in exporter.collectors:
+                registry.register(collector)
+                registered.append(collector)
+        except BaseException:  # (a name taken already): leave none of them behind
+            for collector in registered:
+                registry.unregister(collector)
+            raise
+        _installed[id(registry)] = exporter
     subscribe(exporter)
 
 

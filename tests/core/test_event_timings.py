@@ -153,3 +153,65 @@ def test_a_renewal_without_reply_is_told_on_the_callback_thread(make_server: Any
     finally:
         unsubscribe(listener)
         client.close()
+
+
+def test_a_listeners_filter_that_raises_disturbs_no_operation(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``wants`` that raises is logged and taken for a yes: the acquire and the release
+    work, and the listener still gets its events."""
+    from django_redis_locks.core.events import Event, subscribe, unsubscribe
+
+    got: list[Event] = []
+
+    def wants(event_type: str) -> bool:
+        raise ZeroDivisionError(event_type)
+
+    subscribe(got.append, wants)
+    try:
+        lock = Lock("filtered", client=backend, timeout=5)
+        assert lock.acquire()
+        lock.release()
+    finally:
+        unsubscribe(got.append)
+    assert [e.event for e in got if e.name == "filtered"] == ["acquired", "released"]
+    assert "event filter" in caplog.text and "ZeroDivisionError" in caplog.text
+
+
+def test_no_listener_code_runs_on_a_renewal_lane(make_server: Any) -> None:
+    """A slow ``wants`` (2 s on renew_failed) delays no renewal: it runs on the callback
+    thread, so both auto-renewed holds survive a 0.35 s pause of their server."""
+    import redis
+
+    from django_redis_locks.core.events import subscribe, unsubscribe
+
+    asked_on: list[str] = []
+
+    def wants(event_type: str) -> bool:
+        if event_type == "renew_failed":
+            asked_on.append(threading.current_thread().name)
+            time.sleep(2)
+        return False
+
+    def listener(event: Any) -> None:
+        pass
+
+    server = make_server()
+    subscribe(listener, wants)
+    client = redis.Redis.from_url(server.url, socket_timeout=0.2)
+    locks = [Lock(f"slow:{i}", client=client, timeout=1.5, auto_renew=True) for i in range(2)]
+    try:
+        for lock in locks:
+            assert lock.acquire()
+        time.sleep(0.45)
+        server.pause()
+        time.sleep(0.35)
+        server.resume()
+        time.sleep(2.5)
+        for lock in locks:
+            assert lock.ensure_held() > 0  # renewed all along
+            lock.release()
+        assert asked_on and set(asked_on) == {"drl-callbacks"}
+    finally:
+        unsubscribe(listener)
+        client.close()

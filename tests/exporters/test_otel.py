@@ -140,6 +140,9 @@ def test_metrics_are_recorded_under_the_bounded_name(
         p.attributes["redis_locks.outcome"]: p.count
         for p in telemetry.points("redis_locks.hold.duration")
     }
+    # seconds-sized buckets (the SDK's default ones are for milliseconds: 0, 5, 10...)
+    bounds = telemetry.points("redis_locks.wait.duration")[0].explicit_bounds
+    assert bounds[:3] == (0.001, 0.0025, 0.005) and bounds[-1] == 3600
     assert held == {"released": 1, "lost": 1}
     names = {p.attributes["redis_locks.name"] for p in telemetry.points("redis_locks.events")}
     assert "order:2" not in names and "order:3" not in names

@@ -194,3 +194,15 @@ def test_a_hand_over_is_counted_beside_the_acquire(
         for event in ("acquired", "handed_over", "released")
     }
     assert counted == {"acquired": 2, "handed_over": 1, "released": 2}
+
+
+def test_a_failed_install_leaves_no_metric_behind() -> None:
+    from prometheus_client import Gauge
+
+    registry = CollectorRegistry()
+    Gauge("redis_locks_holds", "taken by someone else", registry=registry)
+    for _ in range(2):  # the same error each time: nothing half-registered
+        with pytest.raises(ValueError, match="redis_locks_holds"):
+            prometheus.install(registry)
+    names = {metric.name for metric in registry.collect()}
+    assert names == {"redis_locks_holds"}

@@ -358,3 +358,29 @@ def _caches_on(server: RedisServer) -> dict[str, Any]:
     caches = {alias: dict(entry) for alias, entry in settings.CACHES.items()}
     caches["locks"]["LOCATION"] = server.url
     return caches
+
+
+def test_a_failing_on_lost_callback_logs_no_token(
+    redis_server: Any, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The callback thread logs a callback that raised by what it is: a hold's loss report
+    named the hold by its repr, token included."""
+    import redis
+
+    def on_lost(lock: Any, reason: str) -> None:
+        raise ValueError("the user's callback failed")
+
+    caplog.set_level(logging.WARNING)
+    with redis.Redis.from_url(redis_server.url, socket_timeout=5) as client:
+        name = f"{namespace}:lost"
+        lock = Lock(name, client=client, timeout=1, auto_renew=True, on_lost=on_lost)
+        assert lock.acquire()
+        hold = lock._current_hold()
+        assert hold is not None and lock.holder_id is not None
+        token = hold.token
+        assert token not in repr(hold)
+        assert force_release(name, lock.holder_id, client=client)
+        wait_until(
+            lambda: "the user's callback failed" in caplog.text, timeout=10, what="the callback"
+        )
+    assert token[:PIECE] not in caplog.text

@@ -54,7 +54,7 @@ class Hold:
     before the request that set the TTL was sent, so Redis expires the hold no earlier.
     """
 
-    token: str
+    token: str = field(repr=False)  # (never in a log line, however the hold is printed)
     fence: int
     ttl: float
     expires_at: float

@@ -38,7 +38,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from django_redis_locks.core.events import listening
+from django_redis_locks.core.events import subscribed
 from django_redis_locks.core.protocol.scripting import Call
 
 from .callbacks import callbacks
@@ -237,10 +237,11 @@ class _Lane:
 
     @staticmethod
     def _failed(renewal: Renewal, reason: str) -> None:
-        """A renewal got no reply (it is retried): an event, if anyone listens, on the
-        callback thread (never on the lane)."""
+        """A renewal got no reply (it is retried): an event, if anyone may listen, built and
+        sent on the callback thread (no user code runs on the lane, not even a listener's
+        ``wants``)."""
         report = renewal.hold.on_renew_failed
-        if report is not None and listening("renew_failed"):
+        if report is not None and subscribed():
             callbacks().submit(report, reason)
 
     def _lost(self, renewal: Renewal, reason: str, generation: int) -> None:

@@ -216,8 +216,10 @@ class WakeupHub:
         self._ready.clear()
 
     def stop_for_exit(self) -> threading.Thread | None:
-        self._exit = True  # (seen within a poll)
-        return self._thread
+        """The listener ends within a poll; the exit does not wait for it (it has no work
+        to finish, and what it would log is silenced)."""
+        self._exit = True
+        return None
 
     # -- the listener thread (while asyncio waiters wait) -------------------------------
     def _run(self) -> None:
