@@ -24,8 +24,25 @@ from tests.harness.servers import wait_until
 def test_an_owner_at_a_reused_address_does_not_take_over_an_ended_owners_slice(
     backend: Backend, redis_client: redis.Redis
 ) -> None:
-    lock = Lock("slices", client=backend, timeout=10, slice_seconds=1.0)
-    waiter_lock = Lock("slices", client=backend, timeout=10)
+    """An asyncio task releases within its slice while a thread waits (the lock is kept for
+    the task's session); a new task at the ended task's address tries to take it, and is
+    refused. Whether CPython gives a new task the freed memory depends on what else the
+    process allocated before (it once did not, under xdist on 3.13): the scenario is tried
+    again, on a fresh name, until a task came at that address (at most 5 times)."""
+    taken = None
+    for attempt in range(5):
+        taken = _reused_address_try(backend, redis_client, f"slices-{attempt}")
+        if taken is not None:
+            break
+    assert taken is not None, "no task came at an ended task's address in 5 tries"
+    assert not taken, "a new task took over an ended task's slice reservation"
+
+
+def _reused_address_try(backend: Backend, redis_client: redis.Redis, name: str) -> bool | None:
+    """Whether the task at the ended task's address took the lock (None: no task came there;
+    then this try ends without a verdict)."""
+    lock = Lock(name, client=backend, timeout=10, slice_seconds=1.0)
+    waiter_lock = Lock(name, client=backend, timeout=10)
     keys = lock._keys_for(backend)
     waited: list[bool] = []
 
@@ -39,7 +56,7 @@ def test_an_owner_at_a_reused_address_does_not_take_over_an_ended_owners_slice(
     released_at: list[float] = []
     tried_after: list[float] = []
 
-    async def main() -> None:
+    async def main() -> bool | None:
         async def first() -> None:
             assert await lock.aacquire(blocking=False)
             waiter.start()  # queues behind this task's hold
@@ -60,7 +77,7 @@ def test_an_owner_at_a_reused_address_does_not_take_over_an_ended_owners_slice(
             return await lock.aacquire(blocking=False)
 
         # Coroutines first, then the ended task freed, then tasks for the coroutines: one of
-        # these tasks gets the freed memory (CPython's allocator reuses it).
+        # these tasks gets the freed memory (CPython's allocator reuses it, as a rule).
         coroutines = [maybe_take() for _ in range(5000)]
         ended = weakref.ref(task)
         del task
@@ -68,18 +85,20 @@ def test_an_owner_at_a_reused_address_does_not_take_over_an_ended_owners_slice(
         assert ended() is None, "the ended task is still alive"
         results = await asyncio.gather(*coroutines)
         taken_by = [result for result in results if result is not None]
-        assert taken_by, "no task came at the ended task's address"
+        if not taken_by:
+            return None
         (taken,) = taken_by
         # The try came well within the ended task's slice (timed at the try itself: making and
         # running 5,000 tasks once took 0.8 s on a loaded machine).
         assert tried_after[0] < 0.7
-        assert not taken, "a new task took over an ended task's slice reservation"
+        return taken
 
     try:
-        asyncio.run(main())
+        taken = asyncio.run(main())
     finally:
         waiter.join(15)
     assert waited == [True]  # the waiter had it after the ended task's slice
+    return taken
 
 
 def test_owners_of_two_processes_with_the_same_pid_are_two_sessions(
