@@ -1,5 +1,6 @@
-"""The package's shape, measured: no import cycles between its modules, no module named after
-one of the standard library's, and the old import paths still working."""
+"""The package's shape, measured: no import cycles between its modules, no module much over 300
+lines without a stated reason, no module named after one of the standard library's, and the
+old import paths still working."""
 
 from __future__ import annotations
 
@@ -111,6 +112,31 @@ def test_no_import_cycles() -> None:
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+#: Modules allowed past LONGEST lines, and why.
+LONG_MODULES = {
+    "core/runtime/acquiring.py": "the acquire loop, written once for sync and asyncio callers: "
+    "bounded bypass, deadlines and the undo of an interrupted grant read as one algorithm",
+    "core/runtime/driver.py": "runs each kind of effect twice, sync and asyncio, side by side, "
+    "so that the two stay alike",
+    "core/connection/backend.py": "the Backend: what one connection gives the core (clients, "
+    "key space, defaults, the eviction check), each a few lines",
+    "core/runtime/renewal.py": "the renewer's lanes and their schedule: the threads of one "
+    "mechanism, which must stop together (fork, exit)",
+}
+#: About 300 lines: past this a module needs its reason above.
+LONGEST = 330
+
+
+def test_no_module_is_much_over_300_lines_without_a_stated_reason() -> None:
+    lines = {
+        str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in PACKAGE.rglob("*.py")
+    }
+    over = {name: count for name, count in lines.items() if count > LONGEST}
+    assert set(over) <= set(LONG_MODULES), over
+    assert all(name in lines for name in LONG_MODULES), "a reason for a module that is gone"
 
 
 def test_no_module_is_named_after_a_standard_library_module() -> None:

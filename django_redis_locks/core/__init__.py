@@ -2,8 +2,9 @@
 
 Never imports Django. The module map (each package groups what changes together)::
 
-    lock, semaphore      the public primitives; primitive: what both share (the hold table
-                         per owner, release, extend, checks)
+    lock, semaphore      the public primitives; primitive: what both share (options, the
+                         sync and asyncio API, the acquire); holding, its base: the holds
+                         per owner, release, checks, events
     registry, info       listings and force-release; the records they return
     events               the one seam for whoever listens: signals, testing, exporters
     errors, validation   the one error hierarchy; argument checks

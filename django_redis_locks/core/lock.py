@@ -15,7 +15,8 @@ from .errors import (
     LockNotAcquired,
     LockNotReplicated,
 )
-from .primitive import LostCallback, Primitive
+from .holding import LostCallback
+from .primitive import Primitive
 from .protocol import lock_calls as protocol
 from .protocol import replies
 from .protocol.keys import LockKeys

@@ -19,8 +19,9 @@ from .errors import (
     SemaphoreFull,
     SemaphoreLimitMismatch,
 )
+from .holding import LostCallback
 from .info import HolderInfo, SemaphoreInfo
-from .primitive import LostCallback, Primitive
+from .primitive import Primitive
 from .protocol import replies
 from .protocol import semaphore_calls as protocol
 from .protocol.keys import SemaphoreKeys

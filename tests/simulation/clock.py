@@ -18,7 +18,7 @@ TIMED_MODULES = (
     "django_redis_locks.core.runtime.holds",
     "django_redis_locks.core.lock",
     "django_redis_locks.core.semaphore",
-    "django_redis_locks.core.primitive",
+    "django_redis_locks.core.holding",
     "django_redis_locks.core.runtime.renewal",
 )
 

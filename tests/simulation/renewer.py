@@ -22,7 +22,7 @@ from .clock import VirtualClock
 #: Core modules that call ``renewer()``.
 RENEWER_MODULES = (
     "django_redis_locks.core.runtime.acquiring",
-    "django_redis_locks.core.primitive",
+    "django_redis_locks.core.holding",
     "django_redis_locks.core.runtime.driver",
     "django_redis_locks.core.lock",
     "django_redis_locks.core.semaphore",

@@ -9,12 +9,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .wakeup import WakeupHub
+__all__ = ["AsyncWaiter", "Hub", "SyncWaiter", "Waiter"]
 
-__all__ = ["AsyncWaiter", "SyncWaiter", "Waiter"]
+
+class Hub(Protocol):
+    """What a waiter asks of the hub that made it (:class:`.wakeup.WakeupHub`): the one
+    dependency between the two modules points from the hub to its waiters."""
+
+    def wait_sync(self, waiter: SyncWaiter, timeout: float) -> str | None: ...
+
+    def unregister(self, waiter: Waiter) -> None: ...
 
 
 class SyncWaiter:
@@ -22,7 +28,7 @@ class SyncWaiter:
 
     __slots__ = ("_event", "_news", "_woken", "hub", "member")
 
-    def __init__(self, hub: WakeupHub, member: str) -> None:
+    def __init__(self, hub: Hub, member: str) -> None:
         self.hub = hub
         self.member = member
         self._event = threading.Event()
@@ -61,7 +67,7 @@ class AsyncWaiter:
 
     __slots__ = ("_event", "_loop", "_news", "hub", "member")
 
-    def __init__(self, hub: WakeupHub, member: str) -> None:
+    def __init__(self, hub: Hub, member: str) -> None:
         self.hub = hub
         self.member = member
         self._loop = asyncio.get_running_loop()
