@@ -66,12 +66,22 @@ def is_held(client: Any, key: str | bytes) -> bool:
     return held_ttl_ms(client, key) is not None
 
 
+def stored_metadata(client: Any, key: str | bytes) -> bytes | None:
+    """The holder metadata JSON a lock hash stores, in pieces of at most 64 bytes (m1, m2, ...;
+    mn: how many, see lib/lock.lua), put together; None when no hold is stored."""
+    pieces = client.hget(key, "mn")
+    if pieces is None:
+        return None
+    parts = client.hmget(key, [f"m{i}" for i in range(1, int(pieces) + 1)])
+    return b"".join(part.encode() if isinstance(part, str) else part for part in parts)
+
+
 def only_recent_releases(client: Any, key: str | bytes) -> bool:
     """Whether the hash at ``key`` keeps nothing but the record of recent releases (and how
-    long holds last): what a semaphore leaves after its last holder released, for a while, so
-    that a resent release is recognised."""
+    long holds last, and until when the registry lists the name): what a semaphore leaves
+    after its last holder released, for a while, so that a resent release is recognised."""
     fields = {f.decode() if isinstance(f, bytes) else f for f in client.hkeys(key)}
-    return bool(fields) and fields <= {"gone", "avg"}
+    return bool(fields) and fields <= {"gone", "avg", "l"}
 
 
 @dataclass

@@ -1,12 +1,14 @@
 """Introspection: list live locks and semaphores, look one up, force-release one hold.
 
-Every lock and semaphore is listed in its bucket's registry (see :mod:`.protocol.keys`), which the
-scripts keep current and prune. A listing walks the buckets in order, a chunk of buckets per
-round trip (16 first, then as many as the density seen so far says will fill the page), then
-describes the page's entries with one inspection script per bucket: the first page of 100
-among 10,000 live locks takes two round trips, whatever else the database holds, and never
-uses ``KEYS`` or ``SCAN``. Pages come in bucket order, then name
-order within a bucket (stable, not alphabetical); follow ``Page.cursor`` for the next one.
+Every lock and semaphore is listed in its bucket's registry (see :mod:`.protocol.keys`), which
+the scripts keep lazily (an entry outlives its name's keys, so a name in use is listed anew
+only every few minutes) and prune; listings skip the free names they meet. A listing walks
+the buckets in order, a chunk of buckets per round trip (16 first, then as many as the
+density seen so far says will fill the page), then describes the page's entries with one
+inspection script per bucket, and reads on while free names left the page short: the first
+page of 100 among 10,000 live locks takes two round trips, whatever else the database holds,
+and never uses ``KEYS`` or ``SCAN``. Pages come in bucket order, then name order within a
+bucket (stable, not alphabetical); follow ``Page.cursor`` for the next one.
 
 Force release is checked against the holder id that a listing showed, so a newer holder of
 the same name is never evicted by mistake; the evicted holder's next ``ensure_held()``,
@@ -157,15 +159,40 @@ def _list(  # noqa: PLR0917 - private, called from two places
     count: int,
     describe: Describe[T],
 ) -> Operation[Page[T]]:
+    """Registry entries may name free locks and semaphores (entries are kept lazily, see
+    lib/registry.lua): read candidates, describe them, keep the live ones, and read on until
+    the page is full or the registry ends, reading more candidates each round."""
     prefix = _check_prefix(prefix)
     count = _check_count(count)
-    bucket, after = _decode_cursor(cursor)
+    position = _decode_cursor(cursor)
+    items: list[T] = []
+    want = count
+    while True:
+        found = yield from _candidates(backend, kind, prefix, position, want)
+        described = yield from describe(backend, [name for _, name in found])
+        for place, item in zip(found, described, strict=True):
+            if item is not None:
+                items.append(item)
+                if len(items) == count:
+                    return Page(items=items, cursor=_encode_cursor(*place))
+        if len(found) < want:  # the registry ends here
+            return Page(items=items, cursor=None)
+        position = found[-1]
+        want = min(MAX_PAGE_SIZE, want * 2)
+
+
+def _candidates(
+    backend: Backend, kind: str, prefix: str, position: tuple[int, str | None], want: int
+) -> Operation[list[tuple[int, str]]]:
+    """Up to ``want`` registry entries after ``position`` (bucket, name: None from the
+    bucket's start), in bucket then name order, as (bucket, name)."""
+    bucket, after = position
     low = f"{kind}:{prefix}".encode()
     high = low + b"\xff"  # no UTF-8 text contains 0xff: above every name with the prefix
     found: list[tuple[int, str]] = []
     chunk = _FIRST_CHUNK
     scanned = seen = 0  # buckets read, entries they returned: the density of the registry
-    while bucket < BUCKETS and len(found) < count:
+    while bucket < BUCKETS and len(found) < want:
         buckets = range(bucket, min(bucket + chunk, BUCKETS))
         calls = []
         for b in buckets:
@@ -177,25 +204,22 @@ def _list(  # noqa: PLR0917 - private, called from two places
                 Call(
                     load("registry_page"),
                     (registry.names, registry.expiry),
-                    (start, b"[" + high, count - len(found)),
+                    (start, b"[" + high, want - len(found)),
                 )
             )
         pages = yield EvalMany(tuple(calls))
         for b, members in zip(buckets, pages, strict=True):
             seen += len(members)
             for member in members:
-                if len(found) < count:
+                if len(found) < want:
                     found.append((b, text(member).partition(":")[2]))
         scanned += len(buckets)
         bucket, after = buckets.stop, None
         # Read next as many buckets as should fill the rest of the page, with a margin: a
         # sparse registry is read to the end in one more round trip, a dense one in few.
-        missing = count - len(found)
+        missing = want - len(found)
         chunk = BUCKETS if seen == 0 else math.ceil(missing * scanned / seen * 1.5) + 1
-    described = yield from describe(backend, [name for _, name in found])
-    items = [item for item in described if item is not None]
-    next_cursor = _encode_cursor(*found[-1]) if len(found) == count else None
-    return Page(items=items, cursor=next_cursor)
+    return found
 
 
 def _by_bucket(names: Sequence[str]) -> dict[int, list[int]]:

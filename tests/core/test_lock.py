@@ -17,7 +17,7 @@ from django_redis_locks import (
 )
 from django_redis_locks.core import Backend
 from tests.harness.servers import wait_until
-from tests.helpers import held_ttl_ms, is_held
+from tests.helpers import held_ttl_ms, is_held, stored_metadata
 
 
 def lock_key(lock: Lock) -> str:
@@ -35,8 +35,13 @@ def test_acquire_sets_token_ttl_fence_and_metadata(backend: Backend, redis_clien
     assert len(state[b"token"]) >= 22  # 160 random bits, URL-safe
     assert int(state[b"fence"]) == lock.fence
     assert 4000 < (held_ttl_ms(redis_client, lock_key(lock)) or 0) <= 5000
-    meta = state[b"meta"].decode()
+    # The metadata JSON in pieces of at most 64 bytes (m1, m2, ...; mn: how many), so that the
+    # hash keeps Redis's compact encoding.
+    pieces = int(state[b"mn"])
+    assert pieces >= 2 and all(len(state[f"m{i}".encode()]) <= 64 for i in range(1, pieces + 1))
+    meta = (stored_metadata(redis_client, lock_key(lock)) or b"").decode()
     assert '"label":"tests.charge"' in meta and '"pid":' in meta and '"host":' in meta
+    assert redis_client.object("encoding", lock_key(lock)) == b"listpack"
     assert int(state[b"expires"]) - int(state[b"acquired"]) == 5000
     assert lock.locked() and lock.owned()
     lock.release()

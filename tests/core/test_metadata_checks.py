@@ -15,6 +15,7 @@ from django_redis_locks import InvalidArgument, Lock, Semaphore
 from django_redis_locks.core import Backend
 from django_redis_locks.core.protocol.holder import check_metadata, metadata_json
 from django_redis_locks.core.registry import get_lock
+from tests.helpers import stored_metadata
 
 
 def _strict(text: str) -> Any:
@@ -56,9 +57,19 @@ def test_what_is_accepted_is_stored_as_strict_json(
     assert _strict("{" + metadata_json(metadata) + "}") == metadata
     lock = Lock("strict-json", client=backend, timeout=10, metadata=metadata)
     with lock:
-        raw = redis_client.hget(lock._keys_for(backend).lock, "meta")
+        raw = stored_metadata(redis_client, lock._keys_for(backend).lock)
         assert isinstance(raw, bytes)
         stored = _strict(raw.decode())
         assert stored["label"] == label
         info = get_lock("strict-json", client=backend)
         assert info is not None and info.label == label
+
+
+def test_metadata_split_inside_a_character_comes_back_whole(backend: Backend) -> None:
+    """A lock hash stores the metadata in pieces of at most 64 bytes (lib/lock.lua), which may
+    cut a UTF-8 character in two: the listing puts the pieces together before it decodes."""
+    label = "é" * 70 + "✓" * 30  # 2-byte and 3-byte characters across several piece edges
+    lock = Lock("pieces", client=backend, timeout=10, metadata={"label": label, "n": 1})
+    with lock:
+        info = get_lock("pieces", client=backend)
+        assert info is not None and info.label == label and info.metadata["n"] == 1

@@ -35,6 +35,7 @@ from django_redis_locks import Lock, LockLost, Semaphore
 from django_redis_locks import inspect as inspect_api
 from django_redis_locks.core import Backend, InvalidArgument, InvalidArgumentType
 from django_redis_locks.core.protocol import lock_calls as lock_protocol
+from django_redis_locks.core.protocol.constants import REGISTRY_AHEAD_MS, RETENTION_MS
 from django_redis_locks.core.protocol.holder import holder_metadata, metadata_json, new_token
 from django_redis_locks.core.protocol.keys import KeySpace
 from django_redis_locks.core.protocol.scripting import load
@@ -50,7 +51,7 @@ from django_redis_locks.inspection import (
     list_semaphores,
 )
 from tests.harness.servers import wait_until
-from tests.helpers import is_held
+from tests.helpers import is_held, server_ms
 
 T = TypeVar("T")
 Kind = Literal["lock", "semaphore"]
@@ -333,12 +334,20 @@ def test_released_and_expired_entries_vanish_from_listings(
     )
     assert get_lock("report:hourly", client=backend) is None
     assert get_semaphore("report:slots", client=backend) is None
-    registry = backend.keys.lock("report:hourly").registry
-    assert redis_client.zscore(registry.names, "lock:report:hourly") is None  # pruned
-    assert redis_client.zscore(registry.expiry, "lock:report:hourly") is None
+    # The entries stay a while (kept lazily, lib/registry.lua): listings skip them, and they
+    # go at most 2 x REGISTRY_AHEAD_MS after the name's hash expires.
+    now_ms = server_ms(redis_client)
+    for member, registry in (
+        ("lock:report:daily", backend.keys.lock("report:daily").registry),
+        ("lock:report:hourly", backend.keys.lock("report:hourly").registry),
+        ("sem:report:slots", backend.keys.semaphore("report:slots").registry),
+    ):
+        kept = redis_client.zscore(registry.expiry, member)
+        assert kept is not None and redis_client.zscore(registry.names, member) is not None
+        assert kept <= now_ms + RETENTION_MS + 2 * REGISTRY_AHEAD_MS
 
 
-def test_a_crashed_holders_entries_disappear_without_any_listing_or_release(
+def test_a_crashed_holders_keys_expire_without_any_listing_or_release(
     backend: Backend, redis_client: redis.Redis
 ) -> None:
     crashed = Lock("import:1", client=backend, timeout=0.2)
@@ -355,14 +364,19 @@ def test_a_crashed_holders_entries_disappear_without_any_listing_or_release(
     assert all(redis_client.exists(key) for key in registries)
 
     def nothing_left_but_fences() -> bool:
-        # The lock's hash stays a while after its hold, for its fence; the rest goes.
-        keys = list(redis_client.scan_iter(match=f"{namespace}:*"))
+        # The lock's hash stays a while after its hold, for its fence, and the registry's
+        # entries a while after that (kept lazily); the rest goes.
+        keys = set(redis_client.scan_iter(match=f"{namespace}:*"))
         lock_hash = backend.keys.lock("import:1").lock.encode()
-        return all(key == lock_hash for key in keys) and not is_held(redis_client, lock_hash)
+        kept = {lock_hash, *(key.encode() for key in registries)}
+        return keys <= kept and not is_held(redis_client, lock_hash)
 
     wait_until(nothing_left_but_fences, timeout=10, what="the crashed holds' keys to expire")
     assert list_locks(client=backend).items == []
     assert list_semaphores(client=backend).items == []
+    # ... and the registry's keys expire too, within the footprint's bound (10 minutes).
+    for key in registries:
+        assert 0 < redis_client.pttl(key) <= RETENTION_MS + 2 * REGISTRY_AHEAD_MS + 3_000
 
 
 def test_locks_and_semaphores_of_one_name_are_listed_apart(backend: Backend) -> None:

@@ -125,7 +125,7 @@ def test_scripts_touch_only_keys_they_were_given(name: str) -> None:
             args = [a.strip() for a in call.split(",")]
             for param, arg in zip(params, args, strict=False):  # key parameters come first
                 if param.endswith("_key"):
-                    assert re.fullmatch(r"KEYS\[\d+\]", arg), f"{function}({param}={arg})"
+                    assert re.fullmatch(r"KEYS\[[\w +-]+\]", arg), f"{function}({param}={arg})"
     assert "KEYS'" not in code and "'SCAN'" not in code
     assert "os.time" not in code  # the clock comes from TIME
 

@@ -151,7 +151,9 @@ def slice_kept(run: ScriptRun) -> Found:
 def dead_places_dropped(run: ScriptRun) -> Found:
     """Expired places are dropped a bounded number per script (lib/lock: a release, or an
     acquire that finds the lock free and not reserved, LOCK_PRUNE;
-    lib/semaphore: every acquire and release, SEMAPHORE_PRUNE holders and places): when no
+    lib/semaphore: every acquire, and every release while anyone queues, SEMAPHORE_PRUNE
+    holders and places; a release with nobody queued leaves expired holders, which never count,
+    to the next acquire): when no
     more were expired, none is left. A new registry entry made at a server millisecond
     divisible by 4 drops the bucket's expired entries (lib/registry, REGISTRY_PRUNE). An
     acquire refused as late writes nothing (too_late_writes_nothing)."""
@@ -168,7 +170,7 @@ def dead_places_dropped(run: ScriptRun) -> Found:
     looked = released or (free and float(before.fields[2] or 0) <= now)  # it sought the head
     if looked and dead(before.leases) <= LOCK_PRUNE and dead(after.leases):
         found.append(("dead_places_dropped", f"{run.name} left an expired place in the queue"))
-    if run.name in ("sem_acquire", "sem_release"):
+    if run.name == "sem_acquire" or (run.name == "sem_release" and before.queue):
         if dead(before.holders) <= SEMAPHORE_PRUNE and dead(after.holders):
             found.append(("dead_places_dropped", f"{run.name} left an expired holder"))
         if before.queue and dead(before.leases) <= SEMAPHORE_PRUNE and dead(after.leases):

@@ -126,16 +126,45 @@ def lock_queue_consistent(snap: Snapshot) -> Found:
 
 
 def queue_flagged(snap: Snapshot) -> Found:
-    """A lock whose queue holds anyone, live or not yet pruned, says so in its hash (q): the
-    scripts look at the queue only then, so a waiter unflagged would never be handed the lock
-    (lib/lock)."""
+    """A lock or semaphore whose queue holds anyone, live or not yet pruned, says so in its
+    hash (q; the semaphore's info hash): the scripts look at the queue only then, so a waiter
+    unflagged would never be handed the lock or admitted (lib/lock, lib/semaphore)."""
     found: Found = []
     for key in snap.keys:
-        if snap.part(key) != "lockq":
+        part = snap.part(key)
+        if part not in ("lockq", "semq"):
             continue
-        lock = snap.keys.get(key.replace(":lockq:", ":lock:", 1))
-        if lock is None or lock.fields[5] != "1":
-            found.append(("queue_flagged", f"{key} has waiters; its lock hash has no q"))
+        own = ":lock:" if part == "lockq" else ":semi:"
+        owner = snap.keys.get(key.replace(f":{part}:", own, 1))
+        if owner is None or owner.fields[5] != "1":
+            found.append(("queue_flagged", f"{key} has waiters; its{own}hash has no q"))
+    return found
+
+
+def registry_flag_true(snap: Snapshot) -> Found:
+    """A lock hash or semaphore info hash that says its name is listed until a later time
+    (l) is listed at least that long: the scripts write the registry only when l falls short,
+    so a flag that overstated would leave a held name out of the listings (lib/registry)."""
+    found: Found = []
+    now = snap.now_ms
+    for key, state in snap.keys.items():
+        part = snap.part(key)
+        if part not in ("lock", "semi") or len(state.fields) < 7 or not state.fields[6]:
+            continue
+        listed = float(state.fields[6])
+        if listed <= now:
+            continue
+        member = ("lock:" if part == "lock" else "sem:") + key.split(f":{part}:", 1)[1]
+        registry = snap.keys.get(key.split("}:", 1)[0] + "}:reg:expiry")
+        kept = registry.scores.get(member) if registry else None
+        if kept is None or kept < listed:
+            found.append(
+                (
+                    "registry_flag_true",
+                    f"{key} says listed until t+{listed - now:.0f} ms; the registry keeps it "
+                    f"{'not at all' if kept is None else f'until t+{kept - now:.0f} ms'}",
+                )
+            )
     return found
 
 
@@ -196,6 +225,7 @@ def state_invariants(snap: Snapshot) -> Found:
         + registry_covers_holds(snap)
         + lock_queue_consistent(snap)
         + queue_flagged(snap)
+        + registry_flag_true(snap)
         + semaphore_records_consistent(snap)
         + registry_consistent(snap)
     )

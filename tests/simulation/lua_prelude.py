@@ -89,8 +89,9 @@ for _, key in ipairs(redis.call('KEYS', ARGV[2])) do
     local pttl = redis.call('PTTL', key)
     local data, names = {}, {}
     if kind == 'hash' then
-        data = redis.call('HMGET', key, 'token', 'expires', 'fence', 'limit', 'reserved', 'q')
-        for i = 1, 6 do data[i] = data[i] or '' end
+        data = redis.call('HMGET', key, 'token', 'expires', 'fence', 'limit', 'reserved', 'q',
+            'l')
+        for i = 1, 7 do data[i] = data[i] or '' end
         if string.find(key, ':lockw:', 1, true) or string.find(key, ':semi:', 1, true) then
             names = redis.call('HKEYS', key)  -- waiter tokens; semaphore h:/w: records
         end

@@ -18,7 +18,7 @@ class KeyState:
     kind: str
     expiry_ms: int | None
     real_pttl: int
-    fields: tuple[str, ...]  # hash: token, expires, fence, limit, reserved, q ("" if absent)
+    fields: tuple[str, ...]  # hash: token, expires, fence, limit, reserved, q, l ("" if absent)
     scores: dict[str, float] = field(default_factory=dict)  # zset: member -> score
     names: frozenset[str] = frozenset()  # lockw / semi hash: its field names
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "HANDOVER_WINDOW_MS",
     "RECENT_RELEASES",
+    "REGISTRY_AHEAD_MS",
     "RETENTION_MS",
     "SCRIPT_CONSTANTS",
     "WAITER_LEASE_MS",
@@ -35,10 +36,19 @@ HANDOVER_WINDOW_MS = 1000
 #: at most 64 bytes), so a name released 20 times keeps under 300 bytes.
 RECENT_RELEASES = 3
 
+#: How much longer than its keys need a name stays listed in its bucket's registry (ms,
+#: lib/registry.lua): a name in use is listed anew at most once in this time, instead of on
+#: every acquire and release, and listings skip the free names they meet. A released name
+#: leaves the registry at most twice this long after its hash expires (RETENTION_MS after
+#: its release; a release trims an entry kept longer, from a long hold), so within 9 minutes
+#: of its release.
+REGISTRY_AHEAD_MS = 2 * 60 * 1000
+
 #: What ``@NAME@`` stands for in the scripts.
 SCRIPT_CONSTANTS: dict[str, int] = {
     "RETENTION_MS": RETENTION_MS,
     "WAITER_LEASE_MS": WAITER_LEASE_MS,
     "HANDOVER_WINDOW_MS": HANDOVER_WINDOW_MS,
     "RECENT_RELEASES": RECENT_RELEASES,
+    "REGISTRY_AHEAD_MS": REGISTRY_AHEAD_MS,
 }

@@ -17,11 +17,13 @@ A name is hashed into one of ``BUCKETS`` buckets and the bucket number is the ke
                                            w:<token> -> "<ttl ms> <channel> <meta>"
                                            (lib/semaphore's records)
     <ns>:{<bucket>}:reg:names       ZSET   registry: "lock:<name>" / "sem:<name>" in name order
-    <ns>:{<bucket>}:reg:expiry      ZSET   registry: member -> expiry (ms, server time)
+    <ns>:{<bucket>}:reg:expiry      ZSET   registry: member -> until when it is kept (ms),
+                                           kept lazily (lib/registry): it may name a free
+                                           lock or semaphore, which listings skip
 
 Because the tag is the bucket and not the name, user input can neither choose a slot nor end
 the tag early, and the per-bucket registry sits in the same slot as the keys it indexes, so
-the scripts keep it up to date atomically, on a single server and on Cluster alike. The name
+the scripts keep it atomically, on a single server and on Cluster alike. The name
 is the last part of each key, after a fixed word per key kind, so distinct names always give
 distinct keys.
 

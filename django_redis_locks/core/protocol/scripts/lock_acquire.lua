@@ -7,7 +7,7 @@
 -- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> ttl, session, slice, channel, meta
 -- KEYS[4]  <ns>:{b}:lockl:<name>   leases: token -> expiry (ms) of a waiter's place
 -- KEYS[5]  <ns>:{b}:reg:names      registry: members in name order
--- KEYS[6]  <ns>:{b}:reg:expiry     registry: member -> expiry (ms)
+-- KEYS[6]  <ns>:{b}:reg:expiry     registry: member -> until when it is kept (ms)
 -- ARGV[1]  token (random, >= 128 bits)
 -- ARGV[2]  ttl in milliseconds (> 0)
 -- ARGV[3]  holder metadata (JSON text, stored as is)
@@ -20,7 +20,8 @@
 -- ARGV[9]  deadline: server time (ms) after which this request writes nothing (a copy that
 --          reaches Redis late, see deadlines.py); 0: none
 --
--- The registry member ("lock:<name>") comes from KEYS[1]. When the lock is free but an
+-- The registry member ("lock:<name>") comes from KEYS[1]; it is written only when the hash's l
+-- says the entry would not outlive the hash (lib/registry). When the lock is free but an
 -- earlier waiter is due, it is handed to that waiter (see lib/lock), as a release would.
 --
 -- Reply:
@@ -62,7 +63,7 @@ local ttl = tonumber(ARGV[2])
 local member = lock_member(KEYS[1])
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'session', 'slice_end',
-    'reserved', 'acquired', 'avg', 'gone', 'q')
+    'reserved', 'acquired', 'avg', 'gone', 'q', 'l', 'mn')
 local waiting = held[10]
 local holder_ttl = -1
 if held[1] then
@@ -77,9 +78,10 @@ end
 if held[1] and holder_ttl > 0 then
     if held[1] == token then
         if holder_ttl < ttl then  -- confirm a hand-over (its short window) for the full TTL
-            redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl))
+            local listed = lock_listing(KEYS[5], KEYS[6], member, held[11], ttl, now_ms)
+            redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl), 'l',
+                listed or held[11])
             redis.call('PEXPIRE', KEYS[1], ttl + LOCK_RETENTION_MS)
-            registry_set(KEYS[5], KEYS[6], member, now_ms + ttl, now_ms, false)
             holder_ttl = ttl
         end
         lock_dequeue(KEYS[2], KEYS[3], KEYS[4], token)  -- a confirmed hand-over leaves the queue
@@ -105,14 +107,15 @@ else
                 slice_end = tonumber(held[5])  -- the session's slice goes on
             end
             local fence = lock_next_fence(held[3], now_us)
-            lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, fence, ARGV[6], slice_end)
-            registry_set(KEYS[5], KEYS[6], member, now_ms + ttl, now_ms, false)
+            local listed = lock_listing(KEYS[5], KEYS[6], member, held[11], ttl, now_ms)
+            lock_grant(KEYS[1], token, ttl, ARGV[3], now_ms, fence, ARGV[6], slice_end,
+                {l = listed or held[11], mn = held[12]})
             return {1, fence, ttl, now_ms, 0}
         end
         -- Free, but an earlier waiter is due: hand it over now, as a release would have (a
         -- dead waiter then keeps it for the window only, not until its place runs out).
         holder_ttl = lock_hand_over(KEYS[1], KEYS[5], KEYS[6], member, head, record, now_ms,
-            now_us, held[3])
+            now_us, {fence = held[3], l = held[11], mn = held[12]})
     end
 end
 local position = 0

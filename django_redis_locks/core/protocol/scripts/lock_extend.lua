@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  <ns>:{b}:lock:<name>   lock hash (see lib/lock)
 -- KEYS[2]  <ns>:{b}:reg:names     registry: members in name order
--- KEYS[3]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
+-- KEYS[3]  <ns>:{b}:reg:expiry    registry: member -> until when it is kept (ms)
 -- ARGV[1]  token
 -- ARGV[2]  milliseconds (> 0)
 -- ARGV[3]  "add": new life = remaining + ARGV[2]
@@ -17,7 +17,8 @@
 --          fence holds a later grant, made by a late copy of its acquire after the caller's
 --          hold ended (see deadlines.py), and is not the caller's to extend
 --
--- The registry member ("lock:<name>") comes from KEYS[1].
+-- The registry member ("lock:<name>") comes from KEYS[1]; it is written only when the hash's l
+-- says the entry would not outlive the extended hash (lib/registry).
 --
 -- Reply:
 --   {1, new_ttl_ms, now_ms}  extended (for a resend: the life it has now)
@@ -31,7 +32,7 @@
 -- @include gone
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'xseq', 'gone', 'fence')
+local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'xseq', 'gone', 'fence', 'l')
 local live = held[1] and tonumber(held[2]) > now_ms
 local mine = live and held[1] == ARGV[1]
 if not mine or (ARGV[6] ~= '' and held[5] ~= ARGV[6]) then
@@ -53,11 +54,13 @@ elseif ARGV[3] == 'max' and remaining > ttl then
 end
 local cap = tonumber(ARGV[4])
 if ttl > cap then ttl = cap end
+local listed = lock_listing(KEYS[2], KEYS[3], lock_member(KEYS[1]), held[6], ttl, now_ms)
+    or held[6]
 if seq > 0 then
-    redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl), 'xseq', ARGV[5])
+    redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl), 'l', listed,
+        'xseq', ARGV[5])
 else
-    redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl))
+    redis.call('HSET', KEYS[1], 'expires', string.format('%.0f', now_ms + ttl), 'l', listed)
 end
 redis.call('PEXPIRE', KEYS[1], ttl + LOCK_RETENTION_MS)
-registry_set(KEYS[2], KEYS[3], lock_member(KEYS[1]), now_ms + ttl, now_ms, false)
 return {1, ttl, now_ms}

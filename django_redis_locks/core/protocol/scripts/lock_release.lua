@@ -7,7 +7,7 @@
 -- KEYS[3]  <ns>:{b}:lockw:<name>   waiters: token -> ttl, session, slice, channel, meta
 -- KEYS[4]  <ns>:{b}:lockl:<name>   leases: token -> expiry (ms) of a waiter's place
 -- KEYS[5]  <ns>:{b}:reg:names      registry: members in name order
--- KEYS[6]  <ns>:{b}:reg:expiry     registry: member -> expiry (ms)
+-- KEYS[6]  <ns>:{b}:reg:expiry     registry: member -> until when it is kept (ms)
 -- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
@@ -17,9 +17,10 @@
 --          holder's own hold ended): that grant is released too, and the reply says the
 --          holder's hold was gone (0, or -2 if it was force-released)
 --
--- The registry member ("lock:<name>") comes from KEYS[1]; wake-up messages go to the
+-- The registry member ("lock:<name>") comes from KEYS[1]; a release leaves its entry (see
+-- lib/registry) and a hand-over lists it only when the entry would not outlive the hash; wake-up messages go to the
 -- waiter's own channel (see the wake-up format in wake_messages.py). A release that leaves the lock
--- free keeps only its fence, recent releases and average hold (see lib/lock).
+-- free keeps only its fence, recent releases and average hold, q and l (see lib/lock).
 --
 -- Reply:
 --    1  released (evicted, for a forced release)
@@ -40,7 +41,7 @@ local forced = ARGV[2] == 'holder'
 local member = lock_member(KEYS[1])
 
 local held = redis.call('HMGET', KEYS[1], 'token', 'expires', 'fence', 'slice_end', 'told',
-    'acquired', 'avg', 'gone', 'q')
+    'acquired', 'avg', 'gone', 'q', 'l', 'mn')
 local holder = held[1]
 local live = holder and tonumber(held[2]) > now_ms
 local hid, match
@@ -110,27 +111,34 @@ if head and slice_left > 0 and not forced then
     -- tell the first waiter (once per slice) when to try.
     redis.call('HSET', KEYS[1], 'expires', '0', 'reserved', held[4], 'told', held[4],
         unpack(fields))
-    registry_remove(KEYS[5], KEYS[6], member)
     if held[5] ~= held[4] then
         local _, _, _, channel = lock_waiter(record)
         redis.call('PUBLISH', channel,
             member .. '#' .. string.sub(redis.sha1hex(head), 1, 16) .. '|' .. slice_left)
     end
 elseif head then
-    lock_hand_over(KEYS[1], KEYS[5], KEYS[6], member, head, record, now_ms, now_us, held[3])
+    lock_hand_over(KEYS[1], KEYS[5], KEYS[6], member, head, record, now_ms, now_us,
+        {fence = held[3], l = held[10], mn = held[11]})
     redis.call('HSET', KEYS[1], unpack(fields))
 else
-    -- Free: what stays of the name is its fence, recent releases and average hold, in a small
-    -- hash made anew (a hash that held the metadata keeps a large encoding), for
-    -- LOCK_RETENTION_MS; and q while waiters past the pruned ones may still be queued.
-    if waiting then
-        fields[#fields + 1] = 'q'
-        fields[#fields + 1] = '1'
+    -- Free: what stays of the name is its fence, recent releases and average hold, and q (set
+    -- while waiters past the pruned ones may still be queued) and l (the registry entry stays,
+    -- for the name's next hold; trimmed if a long hold ended early): the hold's fields are
+    -- cleared in place. The hash expires when the hold's TTL and LOCK_RETENTION_MS have
+    -- passed, as the grant set it (no command), or LOCK_RETENTION_MS from now if the hold had
+    -- more than LOCK_RELEASE_SLACK_MS left.
+    redis.call('HDEL', KEYS[1], unpack(lock_hold_fields(held[11])))
+    local life = tonumber(held[2]) - now_ms + LOCK_RETENTION_MS
+    if life > LOCK_RETENTION_MS + LOCK_RELEASE_SLACK_MS then
+        redis.call('PEXPIRE', KEYS[1], LOCK_RETENTION_MS)
+        life = LOCK_RETENTION_MS
     end
-    redis.call('DEL', KEYS[1])
-    redis.call('HSET', KEYS[1], 'fence', held[3], unpack(fields))
-    redis.call('PEXPIRE', KEYS[1], LOCK_RETENTION_MS)
-    registry_remove(KEYS[5], KEYS[6], member)
+    local listed = registry_trim(KEYS[5], KEYS[6], member, held[10], now_ms + life, now_ms)
+    if listed then
+        fields[#fields + 1] = 'l'
+        fields[#fields + 1] = listed
+    end
+    redis.call('HSET', KEYS[1], unpack(fields))
 end
 if evicted then
     return -2

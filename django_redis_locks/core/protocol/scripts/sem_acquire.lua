@@ -5,9 +5,9 @@
 -- KEYS[1]  <ns>:{b}:sem:<name>    holders: token -> expiry (ms)
 -- KEYS[2]  <ns>:{b}:semq:<name>   queue: token -> ticket, arrival order of blocked waiters
 -- KEYS[3]  <ns>:{b}:semw:<name>   leases: token -> expiry (ms) of a waiter's place
--- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token>, w:<token>, gone
+-- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token>, w:<token>, gone, avg, l, q
 -- KEYS[5]  <ns>:{b}:reg:names     registry: members in name order
--- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
+-- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> until when it is kept (ms)
 -- ARGV[1]  token (random, >= 128 bits)
 -- ARGV[2]  limit (>= 1)
 -- ARGV[3]  holder ttl in milliseconds (> 0)
@@ -64,18 +64,16 @@ local token = ARGV[1]
 local limit = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
 local member = semaphore_member(KEYS[1])
-local waiting = redis.call('EXISTS', KEYS[2]) == 1
+local info = redis.call('HMGET', KEYS[4], 'limit', 'ticket', 'gone', 'l', 'q', 'h:' .. token)
+local waiting = semaphore_waiting(KEYS[2], info[5])
 local wrote = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting) > 0
 
--- Whatever was written, every key then lives as long as the last holder or waiter.
+-- Whatever was written, every key then lives as long as the last holder or waiter, and the
+-- registry entry at least as long.
 local function finish(reply)
     if wrote then
-        local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
-        if last then
-            registry_set(KEYS[5], KEYS[6], member, last, now_ms, true)
-        else
-            registry_remove(KEYS[5], KEYS[6], member)
-        end
+        semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], member, now_ms,
+            waiting, info[4], info[5])
     end
     return reply
 end
@@ -88,9 +86,11 @@ if waiting then
     local admitted
     open, admitted = semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], member, now_ms)
     wrote = wrote or admitted
-    waiting = redis.call('EXISTS', KEYS[2]) == 1
+    waiting = semaphore_waiting(KEYS[2], true)
+    info[6] = redis.call('HGET', KEYS[4], 'h:' .. token)  -- (it may have been admitted)
 end
-local mine = redis.call('ZSCORE', KEYS[1], token)
+-- A holder has a record (h:<token>), which goes with its slot: no record, no slot to look at.
+local mine = info[6] and redis.call('ZSCORE', KEYS[1], token)
 if mine and tonumber(mine) > now_ms then
     local left = tonumber(mine) - now_ms
     if left < ttl then  -- confirm an admission (its short window) for the full TTL
@@ -99,16 +99,14 @@ if mine and tonumber(mine) > now_ms then
     end
     if waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
         wrote = true
-        waiting = redis.call('EXISTS', KEYS[2]) == 1
+        waiting = semaphore_waiting(KEYS[2], true)
     end
-    local record = redis.call('HGET', KEYS[4], 'h:' .. token) or ''
-    local ticket = semaphore_record_ticket(record) or '0'
+    local ticket = semaphore_record_ticket(info[6]) or '0'
     return finish({1, ticket, left, now_ms, 1})
 end
 
 local holding = semaphore_count(KEYS[1], now_ms)
 local queued = waiting and redis.call('ZSCORE', KEYS[2], token)
-local info = redis.call('HMGET', KEYS[4], 'limit', 'ticket', 'gone')
 -- A token evicted by a forced release never holds or waits again: its holder must learn of
 -- the eviction (at its next call), not find a slot granted to it anew by a late copy.
 if info[3] and string.find(info[3], 'X', 1, true)
@@ -144,6 +142,11 @@ if ARGV[5] == 'queue' then
         fields[#fields + 1] = ticket
         fields[#fields + 1] = 'w:' .. token
         fields[#fields + 1] = ARGV[3] .. ' ' .. ARGV[7] .. ' ' .. ARGV[4]
+    end
+    if not info[5] then  -- the queue may exist from now on (semaphore_waiting)
+        fields[#fields + 1] = 'q'
+        fields[#fields + 1] = '1'
+        info[5] = '1'
     end
     if #fields > 0 then
         redis.call('HSET', KEYS[4], unpack(fields))

@@ -5,9 +5,9 @@
 -- KEYS[1]  <ns>:{b}:sem:<name>    holders: token -> expiry (ms)
 -- KEYS[2]  <ns>:{b}:semq:<name>   queue: token -> ticket
 -- KEYS[3]  <ns>:{b}:semw:<name>   leases: token -> expiry (ms)
--- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token>, w:<token>, gone
+-- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token>, w:<token>, gone, avg, l, q
 -- KEYS[5]  <ns>:{b}:reg:names     registry: members in name order
--- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> expiry (ms)
+-- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> until when it is kept (ms)
 -- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
@@ -36,10 +36,20 @@ local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local forced = ARGV[2] == 'holder'
 local member = semaphore_member(KEYS[1])
-local waiting = redis.call('EXISTS', KEYS[2]) == 1
-local dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
-
 local token, hid
+if not forced then
+    token = ARGV[1]
+    hid = string.sub(redis.sha1hex(token), 1, 16)
+end
+local info = redis.call('HMGET', KEYS[4], 'gone', 'avg', 'l', 'q', 'h:' .. (token or ''))
+local waiting = semaphore_waiting(KEYS[2], info[4])
+-- Expired holders need dropping only to free slots for waiters; with nobody waiting, the
+-- next acquire drops them (they never count meanwhile).
+local dropped = 0
+if waiting then
+    dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
+end
+
 if forced then
     hid = ARGV[1]
     for _, candidate in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf')) do
@@ -48,51 +58,43 @@ if forced then
             break
         end
     end
-else
-    token = ARGV[1]
-    hid = string.sub(redis.sha1hex(token), 1, 16)
+    info[5] = token and redis.call('HGET', KEYS[4], 'h:' .. token)
 end
 
 local outcome = 0
 local freed = false  -- a slot was given back (its holder's, or a later admission's)
-local kept = nil
-local expires = token and redis.call('ZSCORE', KEYS[1], token)
+local kept, forget = nil, nil
+local expires = info[5] and redis.call('ZSCORE', KEYS[1], token)
 if expires and tonumber(expires) > now_ms then
-    local info = redis.call('HMGET', KEYS[4], 'h:' .. token, 'avg', 'gone')
     -- A later admission of the holder's token, not its slot: released all the same, but
     -- the holder is told its own slot was gone, and an eviction on record stays on record.
     local stale = not forced and ARGV[4] ~= ''
-        and semaphore_record_ticket(info[1]) ~= ARGV[4]
-    local gone
+        and semaphore_record_ticket(info[5]) ~= ARGV[4]
+    local gone, avg = nil, info[2]
     if forced then
-        gone = gone_with(info[3], hid, 'X' .. hid .. '.' .. ARGV[3])
-    elseif stale and gone_in(info[3], hid) == 'X' then
-        gone, outcome = info[3], -2
+        gone = gone_with(info[1], hid, 'X' .. hid .. '.' .. ARGV[3])
+    elseif stale and gone_in(info[1], hid) == 'X' then
+        gone, outcome = info[1], -2
     elseif stale then
-        gone, outcome = gone_with(info[3], hid, 'R' .. hid), 0
+        gone, outcome = gone_with(info[1], hid, 'R' .. hid), 0
     else  -- how long holds last, for waiters' estimates (a moving average)
-        gone = gone_with(info[3], hid, 'R' .. hid)
-        info[2] = semaphore_average(info[1], info[2], now_ms)
+        gone = gone_with(info[1], hid, 'R' .. hid)
+        avg = semaphore_average(info[5], info[2], now_ms)
     end
     redis.call('ZREM', KEYS[1], token)
     if waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
-        waiting = redis.call('EXISTS', KEYS[2]) == 1  -- admitted, and gave up unconfirmed
+        waiting = semaphore_waiting(KEYS[2], true)  -- admitted, and gave up unconfirmed
     end
-    if waiting or redis.call('EXISTS', KEYS[1]) == 1 then
-        redis.call('HDEL', KEYS[4], 'h:' .. token)
-        redis.call('HSET', KEYS[4], 'gone', gone, 'avg', info[2] or '0')
-    else  -- the last holder left and nobody waits: semaphore_keep keeps these two
-        kept = {gone, info[2]}
-    end
+    kept, forget = {gone, avg}, 'h:' .. token
     if not stale then
         outcome = 1
     end
     freed = true
 elseif not forced and waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
-    waiting = redis.call('EXISTS', KEYS[2]) == 1
+    waiting = semaphore_waiting(KEYS[2], true)
     outcome = 2
 else
-    local kind, request = gone_kind(KEYS[4], hid)
+    local kind, request = gone_in(info[1], hid)
     if kind == 'R' and not forced then
         outcome = 3
     elseif kind == 'X' and not forced then
@@ -100,18 +102,17 @@ else
     elseif kind == 'X' and request == ARGV[3] then
         outcome = 3
     end
+    if dropped == 0 and not waiting then
+        return outcome  -- nothing written
+    end
 end
 
 if waiting and (freed or dropped > 0) then
     -- a slot is free (a waiter leaving frees none: were a slot free beside it, the admission
     -- that stopped at the bound on dead places left some, which this script's prune dropped)
     semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], member, now_ms)
-    waiting = redis.call('EXISTS', KEYS[2]) == 1
+    waiting = semaphore_waiting(KEYS[2], true)
 end
-local last = semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting, kept)
-if not last then
-    registry_remove(KEYS[5], KEYS[6], member)
-else
-    registry_set(KEYS[5], KEYS[6], member, last, now_ms, true)
-end
+semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], member, now_ms, waiting,
+    info[3], info[4], kept, forget)
 return outcome

@@ -39,12 +39,6 @@ local function gone_with(list, hid, entry)
     return entry .. ' ' .. string.sub(list, 1, cut - 1)
 end
 
--- Record that the hold ``hid`` ended: ``entry`` is "R<hid>" or "X<hid>.<request id>".
-local function gone_add(hash_key, hid, entry)
-    redis.call('HSET', hash_key, 'gone', gone_with(redis.call('HGET', hash_key, 'gone'), hid,
-        entry))
-end
-
 -- How the hold ``hid`` ended, if it is among the recent ones ``list`` (the field's value,
 -- nil: none): "R", "X" or nil, and for "X" the request id of the forced release.
 local function gone_in(list, hid)
@@ -56,9 +50,4 @@ local function gone_in(list, hid)
         return nil, nil
     end
     return string.sub(list, at - 1, at - 1), string.match(list, '^%.(%S+)', at + 16)
-end
-
--- The same, read from the hash ``hash_key``.
-local function gone_kind(hash_key, hid)
-    return gone_in(redis.call('HGET', hash_key, 'gone'), hid)
 end

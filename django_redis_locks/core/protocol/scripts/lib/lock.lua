@@ -1,7 +1,9 @@
 -- lib/lock: shared steps of the lock scripts (``-- @include lock``). Every function takes its
 -- keys as arguments, and the including script passes KEYS entries.
 --
--- lock_key     HASH  token, fence, acquired, expires (ms, server time), meta; session,
+-- lock_key     HASH  token, fence, acquired, expires (ms, server time), m1, m2, ...: the
+--                    holder's metadata JSON in pieces of at most LOCK_META_PIECE bytes, and mn:
+--                    how many (see lock_grant); session,
 --                    slice_end: whose slice is running and until when; reserved: until when a
 --                    lock released during its holder's slice stays kept for that holder's
 --                    session; told: the slice_end the first waiter was told about; xseq: the
@@ -9,10 +11,16 @@
 --                    lib/gone); avg: how long holds last (ms, a moving average), for
 --                    waiters' estimates; q: "1" while the queue may hold waiters (set by
 --                    lock_enqueue, cleared by the first look that finds the queue empty), so
---                    that the uncontended path never looks at the queue. A release that
---                    leaves the lock free keeps only fence, gone and avg (and q, if set), for
---                    RETENTION_MS (constants.py): a released name costs little, and its fence
---                    and recent releases outlive the hold.
+--                    that the uncontended path never looks at the queue; l: until when
+--                    the name's registry entry is kept (lib/registry's registry_cover: at
+--                    least as long as this hash). A release that leaves the lock free keeps
+--                    only fence, gone, avg and l (and q, if set), for RETENTION_MS
+--                    (constants.py; and what was left of the hold's TTL, up to
+--                    LOCK_RELEASE_SLACK_MS): a released name costs little, its fence and recent
+--                    releases outlive the hold, and its next hold needs no registry write.
+--                    The release clears the hold's fields in place (lock_hold_fields): the
+--                    hash keeps Redis's compact encoding throughout, since no value is longer
+--                    than 64 bytes, so clearing it shrinks it.
 -- queue_key    ZSET  token -> ticket of each blocked waiter: arrival order
 -- waiters_key  HASH  token -> "<ttl ms> <session> <slice ms> <wake-up channel> <metadata JSON>"
 --                    (lock_waiter reads it); the channel is the waiting process's own, so
@@ -43,7 +51,15 @@ local LOCK_PRUNE = 16
 -- How long what is left of a released name stays (ms), and the hand-over window (see the
 -- hand-over above), from constants.py.
 local LOCK_RETENTION_MS = @RETENTION_MS@
+-- What is left of a released name may outlive LOCK_RETENTION_MS by what was left of the
+-- hold's TTL, up to this (ms), so that a release need not set the hash's expiry.
+local LOCK_RELEASE_SLACK_MS = 60000
 local LOCK_WINDOW_MS = @HANDOVER_WINDOW_MS@
+
+-- Holder metadata is stored in pieces of at most this many bytes: Redis keeps a hash whose
+-- values are all at most 64 bytes long (hash-max-listpack-value) in its compact encoding, a
+-- third of the size of the other, and one longer value would switch it for good.
+local LOCK_META_PIECE = 64
 
 -- The registry member and start of wake-up messages of the lock ``lock_key``: "lock:<name>"
 -- (the name follows the key's hash tag and kind; a namespace has no braces).
@@ -124,27 +140,80 @@ local function lock_next_fence(last, now_us)
     return string.format('%.0f', fence)
 end
 
+-- Keep the registry entry of ``member`` at least as long as the lock hash that is about to
+-- expire in ``life_ms`` (its TTL and the retention); ``listed`` is the hash's l as read.
+-- Returns the new l to write (text), or nil (the entry lasts long enough: no command).
+local function lock_listing(names_key, expiry_key, member, listed, life_ms, now_ms)
+    return registry_cover(names_key, expiry_key, member, listed, now_ms + life_ms + LOCK_RETENTION_MS,
+        now_ms)
+end
+
+-- The fields of a hold, which a release clears: ``pieces`` is the hash's mn as read (nil:
+-- none). ('meta' held the metadata in one piece before it was split.)
+local function lock_hold_fields(pieces)
+    local fields = {'token', 'acquired', 'expires', 'session', 'slice_end', 'reserved', 'told',
+        'xseq', 'mn', 'meta'}
+    for i = 1, tonumber(pieces or '0') do
+        fields[#fields + 1] = 'm' .. i
+    end
+    return fields
+end
+
+-- The holder's metadata JSON of the hash ``lock_key``, whose mn was read as ``pieces`` (a
+-- hash written before the metadata was split keeps it whole, in ``meta``).
+local function lock_metadata(lock_key, pieces, meta)
+    local count = tonumber(pieces or '0')
+    if count == 0 then
+        return meta or '{}'
+    end
+    local names = {}
+    for i = 1, count do
+        names[i] = 'm' .. i
+    end
+    return table.concat(redis.call('HMGET', lock_key, unpack(names)))
+end
+
 -- Make ``token`` the holder for ``ttl_ms`` with ``fence``, in the slice of ``session`` that
--- ends at ``slice_end``.
-local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, fence, session, slice_end)
-    redis.call('HSET', lock_key, 'token', token, 'fence', fence,
-        'acquired', string.format('%.0f', now_ms), 'expires', string.format('%.0f', now_ms + ttl_ms),
-        'meta', meta, 'session', session, 'slice_end', string.format('%.0f', slice_end),
-        'reserved', '0', 'xseq', '0')
+-- ends at ``slice_end``. ``hash``: what the caller read of the hash: l (the new one, see
+-- lock_listing) and mn (how many pieces the metadata before this grant had, to drop those
+-- the new one does not overwrite).
+local function lock_grant(lock_key, token, ttl_ms, meta, now_ms, fence, session, slice_end, hash)
+    local fields = {'token', token, 'fence', fence, 'acquired', string.format('%.0f', now_ms),
+        'expires', string.format('%.0f', now_ms + ttl_ms), 'session', session,
+        'slice_end', string.format('%.0f', slice_end), 'reserved', '0', 'xseq', '0',
+        'l', hash.l}
+    local pieces = 0
+    for at = 1, #meta, LOCK_META_PIECE do
+        pieces = pieces + 1
+        fields[#fields + 1] = 'm' .. pieces
+        fields[#fields + 1] = string.sub(meta, at, at + LOCK_META_PIECE - 1)
+    end
+    fields[#fields + 1] = 'mn'
+    fields[#fields + 1] = tostring(pieces)
+    redis.call('HSET', lock_key, unpack(fields))
+    local before = tonumber(hash.mn or '0')
+    if before > pieces then  -- (a longer metadata's hold expired unreleased)
+        local stale = {}
+        for i = pieces + 1, before do
+            stale[#stale + 1] = 'm' .. i
+        end
+        redis.call('HDEL', lock_key, unpack(stale))
+    end
     redis.call('PEXPIRE', lock_key, ttl_ms + LOCK_RETENTION_MS)
 end
 
 -- Hand the lock to the queued waiter ``head`` (its ``record`` from lock_queue_head) for the
 -- confirmation window (at most its TTL) with a new fence, and wake it on its own channel
 -- ("<member>#<holder id>"). The waiter stays first in the queue until it confirms (see the
--- hand-over above). ``last`` is the stored fence. Returns how long the lock is kept for it (ms).
+-- hand-over above). ``hash``: what the caller read of the hash: fence (the stored one), l and
+-- mn. Returns how long the lock is kept for it (ms).
 local function lock_hand_over(lock_key, names_key, expiry_key, member, head, record, now_ms,
-                              now_us, last)
+                              now_us, hash)
     local ttl, session, slice, channel, meta = lock_waiter(record)
     local kept = math.min(ttl, LOCK_WINDOW_MS)
     redis.call('PUBLISH', channel, member .. '#' .. string.sub(redis.sha1hex(head), 1, 16))
-    lock_grant(lock_key, head, kept, meta, now_ms, lock_next_fence(last, now_us), session,
-        now_ms + slice)
-    registry_set(names_key, expiry_key, member, now_ms + kept, now_ms, false)
+    local listed = lock_listing(names_key, expiry_key, member, hash.l, kept, now_ms) or hash.l
+    lock_grant(lock_key, head, kept, meta, now_ms, lock_next_fence(hash.fence, now_us), session,
+        now_ms + slice, {l = listed, mn = hash.mn})
     return kept
 end

@@ -1,18 +1,27 @@
--- lib/registry: the per-bucket registry of live locks and semaphores, for the scripts that
+-- lib/registry: the per-bucket registry of locks and semaphores, for the scripts that
 -- include it (``-- @include registry``). Every function takes its keys as arguments, and the
 -- including script passes KEYS entries.
 --
 -- names_key   ZSET  member -> 0, ordered by member: the listing, searchable by prefix
--- expiry_key  ZSET  member -> expiry (ms, server time): which entries to forget when
+-- expiry_key  ZSET  member -> until when (ms, server time) the entry is kept
 -- member      "lock:<name>" or "sem:<name>"
 --
--- Both keys expire a little after the last entry they hold, and about one new entry in four
--- prunes a few expired ones, so holders that crashed leave no trace. A release removes its entry at once
--- (an empty set is no key at all), so a released name leaves nothing here; listings prune
--- expired entries before they read.
+-- Entries are kept lazily: a name is listed for a while past what its keys need
+-- (REGISTRY_AHEAD_MS), and the primitive's hash records until when in its field 'l'
+-- (registry_cover), so a name in steady use writes here once every few minutes, not on every
+-- acquire and release. An entry may therefore name a lock or semaphore that is free now:
+-- listings describe the names and skip the free ones. Invariant: while a primitive's hash
+-- exists, its entry is kept at least until the hash's own expiry, and at least until the
+-- 'l' the hash records. Both keys expire a little after the last entry they hold, and about
+-- one new entry in four prunes a few expired ones, so names no longer used leave no trace;
+-- listings prune expired entries before they read.
 local REGISTRY_GRACE_MS = 1000
 local REGISTRY_SLACK_MS = 2000  -- extend by this much more, so that few writes need to
 local REGISTRY_PRUNE = 16
+-- How much longer than its keys need a name is listed (ms): a name in use is listed anew at
+-- most once in this time. Names no longer used leave the registry at most this long (plus the
+-- grace) after their keys expire.
+local REGISTRY_AHEAD_MS = @REGISTRY_AHEAD_MS@
 
 -- Forget up to ``limit`` entries whose expiry has passed.
 local function registry_prune(names_key, expiry_key, now_ms, limit)
@@ -45,8 +54,35 @@ local function registry_set(names_key, expiry_key, member, expires_ms, now_ms, o
     end
 end
 
--- The entry of ``member`` is no longer live: forget it.
-local function registry_remove(names_key, expiry_key, member)
-    redis.call('ZREM', expiry_key, member)
-    redis.call('ZREM', names_key, member)
+-- A name whose keys now expire at ``need_ms`` (released: what is left of it) while its entry
+-- is kept much longer (``listed``, from a long hold that ended early): keep the entry only
+-- REGISTRY_AHEAD_MS past ``need_ms``, and both keys as long as their last entry, so that a
+-- released name leaves the registry soon after its keys. Returns the new l to write (text),
+-- or nil (nothing to trim: no command).
+local function registry_trim(names_key, expiry_key, member, listed, need_ms, now_ms)
+    if not listed or tonumber(listed) <= need_ms + 2 * REGISTRY_AHEAD_MS then
+        return nil
+    end
+    local until_ms = need_ms + REGISTRY_AHEAD_MS
+    redis.call('ZADD', expiry_key, 'XX', until_ms, member)
+    local last = redis.call('ZRANGE', expiry_key, -1, -1, 'WITHSCORES')
+    if last[2] then
+        local keep = tonumber(last[2]) - now_ms + REGISTRY_GRACE_MS + REGISTRY_SLACK_MS
+        redis.call('PEXPIRE', names_key, keep)
+        redis.call('PEXPIRE', expiry_key, keep)
+    end
+    return string.format('%.0f', until_ms)
+end
+
+-- Keep ``member`` listed until at least ``need_ms`` (when its keys expire). ``listed`` is
+-- the primitive's 'l' as read (nil: none): until when the entry is kept already. Returns the
+-- new 'l' for the caller to write to the hash (as text), or nil when the entry lasts long
+-- enough already (the usual case: no command).
+local function registry_cover(names_key, expiry_key, member, listed, need_ms, now_ms)
+    if listed and tonumber(listed) >= need_ms then
+        return nil
+    end
+    local until_ms = need_ms + REGISTRY_AHEAD_MS
+    registry_set(names_key, expiry_key, member, until_ms, now_ms, true)
+    return string.format('%.0f', until_ms)
 end

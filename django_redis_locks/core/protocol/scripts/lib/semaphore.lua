@@ -9,7 +9,9 @@
 --                    "<ttl_ms> <wake-up channel> <metadata JSON>" (what its grant will be,
 --                    and its process's own channel for the news); gone: recent releases
 --                    (see lib/gone) and avg: how long holds last (ms, a moving average), both
---                    kept RETENTION_MS (constants.py) after the last holder left
+--                    kept RETENTION_MS (constants.py) after the last holder left; l: until
+--                    when the name's registry entry is kept (lib/registry's registry_cover),
+--                    kept with them; q: "1" while the queue may exist (semaphore_waiting)
 --
 -- A holder counts while its expiry is in the future: expired holders and waiters are dropped
 -- a bounded number per script, and counts never include them meanwhile.
@@ -115,12 +117,15 @@ local function semaphore_ticket(last, now_us)
 end
 
 -- Make all four keys live as long as the last holder or waiter (``waiting``: whether the
--- queue exists). When nobody holds or waits, delete them but for the recent releases and the
--- average hold (``kept``: {gone, avg} to keep, nil: those of the info hash), kept
--- SEMAPHORE_RETENTION_MS in a small hash made anew. Return the last expiry (ms), or nil when
--- nobody holds or waits.
-local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_ms, waiting,
-                              kept)
+-- queue exists), and the registry entry of ``member`` at least as long (``listed``: the info
+-- hash's l as read, see lib/registry's registry_cover). When nobody holds or waits, delete
+-- them but for the recent releases, the average hold and l (``kept``: {gone, avg}; nil: those
+-- of the info hash), kept SEMAPHORE_RETENTION_MS in a small hash made anew; otherwise write
+-- ``kept`` to the info hash, drop its field ``forget`` (nil: none), and clear its q when
+-- nobody waits (``flagged``: q as read). Return the last expiry (ms), or nil when nobody
+-- holds or waits.
+local function semaphore_keep(holders_key, queue_key, leases_key, info_key, names_key,
+                              expiry_key, member, now_ms, waiting, listed, flagged, kept, forget)
     local holder = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
     local last = now_ms
     if holder[2] and tonumber(holder[2]) > last then
@@ -130,7 +135,10 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_
         kept = kept or redis.call('HMGET', info_key, 'gone', 'avg')
         redis.call('DEL', holders_key, info_key)
         if kept[1] or kept[2] then
-            redis.call('HSET', info_key, 'gone', kept[1] or '', 'avg', kept[2] or '0')
+            listed = registry_trim(names_key, expiry_key, member, listed,
+                now_ms + SEMAPHORE_RETENTION_MS, now_ms) or listed
+            redis.call('HSET', info_key, 'gone', kept[1] or '', 'avg', kept[2] or '0', 'l',
+                listed or '0')
             redis.call('PEXPIRE', info_key, SEMAPHORE_RETENTION_MS)
         end
         return nil
@@ -148,7 +156,32 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, now_
         redis.call('PEXPIRE', queue_key, keep)
         redis.call('PEXPIRE', leases_key, keep)
     end
+    local fields = {}
+    if kept then
+        fields = {'gone', kept[1] or '', 'avg', kept[2] or '0'}
+    end
+    local relisted = registry_cover(names_key, expiry_key, member, listed, now_ms + keep, now_ms)
+    if relisted then
+        fields[#fields + 1] = 'l'
+        fields[#fields + 1] = relisted
+    end
+    if #fields > 0 then
+        redis.call('HSET', info_key, unpack(fields))
+    end
+    if forget then
+        redis.call('HDEL', info_key, forget)
+    end
+    if flagged and not waiting then
+        redis.call('HDEL', info_key, 'q')
+    end
     return last
+end
+
+-- Whether the queue exists, given the info hash's q as read (``flagged``): q is set when a
+-- waiter takes a place and cleared by semaphore_keep once the queue is gone, so the
+-- uncontended path never looks at the queue.
+local function semaphore_waiting(queue_key, flagged)
+    return flagged and redis.call('EXISTS', queue_key) == 1
 end
 
 -- Leave the queue; return true if ``token`` was in it.

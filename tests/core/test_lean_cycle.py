@@ -1,0 +1,144 @@
+"""What an uncontended cycle costs the server, counted exactly (``INFO commandstats`` on a
+private server), and the lazy registry that makes it cheap: a name in use is listed once
+every few minutes, not on every acquire and release, and listings skip the free names that
+the registry still names (lib/registry.lua)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from django_redis_locks.core import Backend, Lock, Semaphore
+from django_redis_locks.core.protocol.constants import REGISTRY_AHEAD_MS, RETENTION_MS
+from django_redis_locks.inspection import list_locks, list_semaphores
+from tests.harness.plugin import MakeServer
+from tests.helpers import server_ms
+
+CYCLES = 200
+#: The commands the scripts run per uncontended cycle (acquire and release), at most.
+LOCK_COMMANDS = 8  # TIME, HMGET, HSET, PEXPIRE; TIME, HMGET, HDEL, HSET
+SEMAPHORE_COMMANDS = 17
+
+
+def _commands(client: redis.Redis) -> dict[str, int]:
+    """Calls per command since the last reset, without EVALSHA and the bookkeeping."""
+    stats = client.info("commandstats")
+    skip = {"evalsha", "config|resetstat", "info", "config", "ping", "client|setinfo"}
+    return {
+        name.removeprefix("cmdstat_"): int(value["calls"])
+        for name, value in stats.items()
+        if name.removeprefix("cmdstat_") not in skip
+    }
+
+
+def _per_cycle(client: redis.Redis, primitive: Lock | Semaphore) -> tuple[float, dict[str, int]]:
+    assert primitive.acquire(blocking=False)  # (the first cycle lists the name)
+    primitive.release()
+    client.config_resetstat()
+    for _ in range(CYCLES):
+        assert primitive.acquire(blocking=False)
+        primitive.release()
+    counted = _commands(client)
+    return sum(counted.values()) / CYCLES, counted
+
+
+def test_an_uncontended_cycle_runs_at_most_8_commands_for_a_lock_and_17_for_a_semaphore(
+    make_server: MakeServer,
+) -> None:
+    """Counted, not timed: 18 and 29 before the registry was kept lazily, the queue flagged
+    and a lock's release cleared in place; no registry command at all in steady use."""
+    server = make_server()
+    with server.client(socket_timeout=5) as client:
+        backend = Backend(client, namespace="lean")
+        per_lock, lock_counts = _per_cycle(client, Lock("cycle", client=backend, timeout=30))
+        assert per_lock <= LOCK_COMMANDS, lock_counts
+        semaphore = Semaphore("cycle", 3, client=backend, timeout=30)
+        per_semaphore, semaphore_counts = _per_cycle(client, semaphore)
+        assert per_semaphore <= SEMAPHORE_COMMANDS, semaphore_counts
+        for counted in (lock_counts, semaphore_counts):
+            assert "pttl" not in counted and "zrangebyscore" in semaphore_counts
+            assert counted.get("zadd", 0) <= CYCLES  # (the semaphore's holder, not the registry)
+
+
+def test_listings_skip_the_free_names_the_registry_still_holds_and_fill_their_pages(
+    backend: Backend,
+) -> None:
+    """60 released names and 7 held ones in one registry: pages of 3 hold 3 held names each
+    until the last, and every held name is listed exactly once."""
+    for index in range(60):
+        released = Lock(f"page:free:{index}", client=backend, timeout=30)
+        assert released.acquire()
+        released.release()
+    held = [Lock(f"page:held:{index}", client=backend, timeout=30) for index in range(7)]
+    for lock in held:
+        assert lock.acquire()
+    seen: list[str] = []
+    sizes: list[int] = []
+    cursor = None
+    while True:
+        page = list_locks("page:", cursor=cursor, count=3, client=backend)
+        seen += [info.name for info in page.items]
+        sizes.append(len(page.items))
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(lock.name for lock in held)
+    assert sizes[:2] == [3, 3] and sum(sizes) == 7
+    for lock in held:
+        lock.release()
+
+
+def test_an_extended_hold_stays_listed_past_its_first_entry(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """An extend past what the entry covers lists the name again (lock_extend), and so does a
+    semaphore holder with a longer TTL than the entry covers: a listing never misses a live
+    hold however long it is kept."""
+    lock = Lock("long:lock", client=backend, timeout=1)
+    assert lock.acquire()
+    lock.extend(3600, replace=True)
+    short = Semaphore("long:sem", 2, client=backend, timeout=1)
+    assert short.acquire()
+    semaphore = Semaphore("long:sem", 2, client=backend, timeout=3600)
+    assert semaphore.acquire()
+    short.release()
+    now_ms = server_ms(redis_client)
+    for kept, key_life in _entries(backend, redis_client, "long"):
+        assert kept >= now_ms + 3_600_000 and key_life >= kept - now_ms
+    assert [info.name for info in list_locks("long:", client=backend).items] == ["long:lock"]
+    assert [info.name for info in list_semaphores("long:", client=backend).items] == ["long:sem"]
+    lock.release()
+    semaphore.release()
+
+
+def test_a_long_hold_released_early_leaves_the_registry_within_minutes(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """An hour-long hold lists its name for over an hour; released at once, the entry is
+    trimmed to REGISTRY_AHEAD_MS past what is left of the name (the footprint's bound)."""
+    for make in (
+        lambda: Lock("hour:lock", client=backend, timeout=3600),
+        lambda: Semaphore("hour:sem", 2, client=backend, timeout=3600),
+    ):
+        primitive: Any = make()
+        assert primitive.acquire()
+        primitive.release()
+    now_ms = server_ms(redis_client)
+    for kept, key_life in _entries(backend, redis_client, "hour"):
+        assert kept <= now_ms + RETENTION_MS + REGISTRY_AHEAD_MS + 50, kept - now_ms
+        assert key_life <= RETENTION_MS + 2 * REGISTRY_AHEAD_MS + 3_000
+
+
+def _entries(backend: Backend, client: redis.Redis, prefix: str) -> list[tuple[float, int]]:
+    """Until when the registry keeps "<prefix>:lock" and "<prefix>:sem" (ms, server time),
+    each with its registry key's remaining life (ms)."""
+    found = []
+    for member, registry in (
+        (f"lock:{prefix}:lock", backend.keys.lock(f"{prefix}:lock").registry),
+        (f"sem:{prefix}:sem", backend.keys.semaphore(f"{prefix}:sem").registry),
+    ):
+        kept = client.zscore(registry.expiry, member)
+        assert kept is not None, f"{member} is not listed"
+        found.append((kept, int(client.pttl(registry.expiry))))
+    return found
