@@ -1,7 +1,8 @@
 """System checks (``manage.py check``) for the lock settings and connection, with stable ids.
 
 - ``django_redis_locks.E001``: the configured cache alias is not in ``CACHES``.
-- ``django_redis_locks.E002``: the alias's cache backend cannot carry locks.
+- ``django_redis_locks.E002``: the alias's cache backend cannot carry locks, or its
+  ``LOCATION`` cannot be read (``127.0.0.1:6379`` without ``redis://``).
 - ``django_redis_locks.E003``: ``DJANGO_REDIS_LOCKS`` is invalid (or its factory fails).
 - ``django_redis_locks.W001``: the connection has no socket timeout.
 - ``django_redis_locks.W002``: locks share the ``default`` cache, whose ``clear()`` wipes them.
@@ -21,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from .conf import SETTING_NAME, get_config
 from .connection import (
     SUPPORTED_BACKENDS,
+    UnusableLocation,
     backend_kind,
     get_backend,
     get_client,
@@ -82,6 +84,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         ]
     try:
         client = get_client(alias)
+    except UnusableLocation as exc:
+        return [Error(exc.problem, hint=exc.hint, id="django_redis_locks.E002")]
     except LockConfigurationError as exc:
         return [Error(str(exc), hint=_DOCS, id="django_redis_locks.E002")]
 

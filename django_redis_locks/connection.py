@@ -19,6 +19,7 @@ Async callers get an asyncio client per event loop, built from the same settings
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -183,18 +184,54 @@ def get_client(alias: str) -> Any:
     )
 
 
+class UnusableLocation(LockConfigurationError):
+    """A cache's LOCATION the client library cannot read (``127.0.0.1:6379`` without
+    ``redis://``): ``problem`` says what is wrong, ``hint`` how to write it; the message is
+    both. The system check reports them as its message and hint."""
+
+    def __init__(self, problem: str, hint: str) -> None:
+        super().__init__(f"{problem} {hint}")
+        self.problem = problem
+        self.hint = hint
+
+
 def _connected(alias: str, make: Callable[[], Any]) -> Any:
     """The cache's client, made by ``make``; a LOCATION the client library cannot read (a
-    ValueError: ``127.0.0.1:6379`` without ``redis://``) is a LockConfigurationError."""
+    ValueError: ``127.0.0.1:6379`` without ``redis://``) is an UnusableLocation."""
     try:
         return make()
     except ValueError as exc:
-        location = settings.CACHES[alias].get("LOCATION")
-        raise LockConfigurationError(
-            f"cache alias {alias!r}: its LOCATION {location!r} cannot be used ({exc}); write "
-            "it as a URL, e.g. redis://127.0.0.1:6379/0 (rediss:// for TLS, unix:// for a "
-            "socket)"
-        ) from exc
+        raise _unusable_location(alias, exc) from exc
+
+
+def _unusable_location(alias: str, exc: ValueError) -> UnusableLocation:
+    location = settings.CACHES[alias].get("LOCATION")
+    sockets = "rediss:// for TLS, unix:// and a path for a socket"
+    server = _first_server(location)
+    if server is None or "://" in server:  # a URL the library still refused: say why
+        return UnusableLocation(
+            f"Cache alias {alias!r}: its LOCATION {location!r} cannot be used: {exc}.",
+            f"Write it as a URL, e.g. 'redis://127.0.0.1:6379/0' ({sockets}).",
+        )
+    if server.startswith("/"):
+        written = f"unix://{server}"
+    else:
+        written = f"redis://{server}" + ("" if "/" in server else "/0")
+    return UnusableLocation(
+        f"Cache alias {alias!r}: its LOCATION {location!r} is not a URL (no scheme such as "
+        "redis://), so no Redis client can be made from it.",
+        f"Write it as a URL: {written!r} ({sockets}).",
+    )
+
+
+def _first_server(location: Any) -> str | None:
+    """The server the locks use (the first) of a LOCATION: a string, a list of them, or a
+    string of them separated by commas or semicolons; None when it is none of these."""
+    if isinstance(location, (list, tuple)):
+        location = location[0] if location else None
+    if not isinstance(location, str):
+        return None
+    return re.split("[;,]", location)[0].strip()
 
 
 def refusal(path: str) -> str | None:

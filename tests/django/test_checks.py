@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from tests.settings import redis_caches
+from tests.testapp.runner import manage_processes
 
 BACKENDS = ["django_redis", "django"]
 TIMEOUT_OPTIONS = {
@@ -238,11 +240,66 @@ def test_a_location_without_a_scheme_is_E002_and_a_configuration_error_at_run_ti
     settings.CACHES = caches_with_locks(redis_server, entry)
     reset()
     try:
+        location = f"{redis_server.host}:{redis_server.port}"
         [message] = lock_messages()
         assert message.id == "django_redis_locks.E002"
-        assert f"{redis_server.host}:{redis_server.port}" in message.msg
-        assert "write it as a URL, e.g. redis://" in message.msg
-        with pytest.raises(LockConfigurationError, match="redis://"):
+        assert message.level == checks.ERROR
+        assert message.msg == (
+            f"Cache alias 'locks': its LOCATION {location!r} is not a URL (no scheme such as "
+            "redis://), so no Redis client can be made from it."
+        )
+        assert message.hint == (
+            f"Write it as a URL: 'redis://{location}/0' (rediss:// for TLS, unix:// and a "
+            "path for a socket)."
+        )
+        # At run time the same explanation, as the library's own error, not a ValueError.
+        with pytest.raises(LockConfigurationError) as raised:
             Lock("x", timeout=5).acquire()
+        assert str(raised.value) == f"{message.msg} {message.hint}"
+        assert isinstance(raised.value.__cause__, ValueError)
+        with pytest.raises(LockConfigurationError, match=re.escape(message.hint)):
+            asyncio.run(Lock("x", timeout=5).aacquire())
     finally:
         reset()
+
+
+@pytest.mark.parametrize(
+    ("location", "written"),
+    [
+        ("redis.internal", "redis://redis.internal/0"),
+        ("redis.internal:6380/2", "redis://redis.internal:6380/2"),
+        ("/run/redis.sock", "unix:///run/redis.sock"),
+        (["10.0.0.1:6379", "10.0.0.2:6379"], "redis://10.0.0.1:6379/0"),
+        ("10.0.0.1:6379,10.0.0.2:6379", "redis://10.0.0.1:6379/0"),
+    ],
+)
+def test_the_hint_for_a_location_without_a_scheme_writes_it_as_a_url(
+    settings, redis_server, location, written
+) -> None:
+    from django_redis_locks.connection import reset
+
+    entry = {**cache_entry("redis://unused", "django", socket_timeout=5), "LOCATION": location}
+    settings.CACHES = caches_with_locks(redis_server, entry)
+    reset()
+    try:
+        [message] = lock_messages()
+        assert message.id == "django_redis_locks.E002"
+        assert message.hint.startswith(f"Write it as a URL: {written!r} "), message.hint
+    finally:
+        reset()
+
+
+def test_manage_py_check_reports_a_location_without_a_scheme_without_a_traceback(
+    redis_server, namespace
+) -> None:
+    """A real ``manage.py check`` of a project whose caches say ``127.0.0.1:<port>``: the
+    check error and its hint, exit status 1, no traceback."""
+    location = f"{redis_server.host}:{redis_server.port}"
+    with manage_processes(location, namespace) as manage:
+        done = manage.run("check")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert (
+        f"(django_redis_locks.E002) Cache alias 'locks': its LOCATION {location!r} is not a URL"
+    ) in done.stderr
+    assert f"HINT: Write it as a URL: 'redis://{location}/0'" in done.stderr
