@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import unittest
-from typing import Any
+from typing import Any, ClassVar
 
+import pytest
 from django.conf import settings
-from django.test import SimpleTestCase, override_settings
+from django.test import SimpleTestCase, TestCase, override_settings
 
 from django_redis_locks.conf import get_config
 from django_redis_locks.testing import isolated_locks
@@ -57,6 +58,52 @@ def test_isolated_locks_on_a_test_case_class_reads_the_class_level_setting() -> 
     [config] = seen
     assert config["ON_REDIS_ERROR"] == "fail_open"
     assert config["NAMESPACE"] not in ("before", "class-level")
+
+
+CLASS_LEVEL = {
+    "CACHE_ALIAS": "default",
+    "NAMESPACE": "class-level",
+    "ON_REDIS_ERROR": "fail_open",
+    "VIEW_CONTENTION_STATUS": 423,
+    "VIEW_REDIS_ERROR_STATUS": 502,
+}
+
+
+@pytest.mark.parametrize("case_class", [SimpleTestCase, TestCase])
+def test_a_test_method_decorated_with_isolated_locks_sees_the_class_level_override(
+    case_class: type[SimpleTestCase],
+) -> None:
+    """The issue's case: ``@override_settings(DJANGO_REDIS_LOCKS=...)`` on a TestCase class,
+    ``@isolated_locks()`` on its test methods (sync and async). Each test sees the class's
+    alias, ``ON_REDIS_ERROR`` and statuses, in a namespace of its own."""
+    seen: dict[str, Any] = {}
+
+    with override_settings(DJANGO_REDIS_LOCKS=BEFORE):  # in force when the module is imported
+
+        @override_settings(DJANGO_REDIS_LOCKS=CLASS_LEVEL)
+        class Case(case_class):  # type: ignore[valid-type,misc]
+            databases: ClassVar[set[str]] = set()
+
+            @isolated_locks()
+            def test_sync(self) -> None:
+                seen["sync"] = get_config()
+
+            @isolated_locks()
+            async def test_async(self) -> None:
+                seen["async"] = get_config()
+
+    result = unittest.TextTestRunner(stream=_Null(), verbosity=0).run(
+        unittest.defaultTestLoader.loadTestsFromTestCase(Case)
+    )
+    assert result.wasSuccessful(), result.errors + result.failures
+    assert sorted(seen) == ["async", "sync"]
+    for config in seen.values():
+        assert config.cache_alias == "default"
+        assert config.on_redis_error == "fail_open"
+        assert config.view_contention_status == 423
+        assert config.view_redis_error_status == 502
+        assert config.namespace not in ("before", "class-level")
+    assert seen["sync"].namespace != seen["async"].namespace
 
 
 class _Null:
