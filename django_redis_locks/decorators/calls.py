@@ -50,7 +50,7 @@ OnContention = Literal["raise", "skip", "retry"] | Callable[..., Any]
 #: The (cache alias, name) pairs the decorated calls running in this context hold (a thread,
 #: greenlet or asyncio task: each has its own), so that a nested call of the same name is
 #: told it is this caller's, not someone else's (locks are not re-entrant).
-_held_here: contextvars.ContextVar[frozenset[tuple[str | None, str]]] = contextvars.ContextVar(
+_held_here: contextvars.ContextVar[frozenset[tuple[str, str]]] = contextvars.ContextVar(
     "django_redis_locks_held_here", default=frozenset()
 )
 
@@ -58,7 +58,9 @@ _held_here: contextvars.ContextVar[frozenset[tuple[str | None, str]]] = contextv
 @contextmanager
 def _holding(using: str | None, name: str, label: str) -> Iterator[None]:
     """Note that this context's call holds ``name`` while the block runs; raise
-    LockAlreadyHeld, without taking anything, if an enclosing call holds it already."""
+    LockAlreadyHeld, without taking anything, if an enclosing call holds it already.
+    ``using=None`` is the ``CACHE_ALIAS`` setting's alias, as for the lock itself."""
+    using = using or get_config().cache_alias
     held = _held_here.get()
     if (using, name) in held:
         raise LockAlreadyHeld(

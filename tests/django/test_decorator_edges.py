@@ -364,6 +364,30 @@ def test_a_nested_async_call_with_the_same_name_says_it_is_held_by_this_caller()
     asyncio.run(scenario())
 
 
+def test_a_nested_call_naming_the_default_alias_says_it_is_held_by_this_caller() -> None:
+    """``using=None`` is the ``CACHE_ALIAS`` setting ("locks" here): the same lock as
+    ``using="locks"``. A nested call that named the alias while the outer one left it to the
+    setting (or the other way round) used to be told "held by someone else"."""
+
+    @redis_lock("alias-nested:{pk}", timeout=10, using="locks", on_contention="skip")
+    def named(pk: int) -> str:
+        return "named ran"
+
+    @redis_lock("alias-nested:{pk}", timeout=10)
+    def by_setting(pk: int) -> str:
+        return named(pk)
+
+    @redis_lock("alias-nested:{pk}", timeout=10, using="locks")
+    def named_outer(pk: int) -> str:
+        return by_setting(pk)
+
+    with pytest.raises(LockAlreadyHeld, match=r"'alias-nested:1' is already held by this caller"):
+        by_setting(1)
+    with pytest.raises(LockAlreadyHeld, match=r"'alias-nested:2' is already held by this caller"):
+        named_outer(2)
+    assert named(1) == "named ran"  # nothing was left held
+
+
 def test_redis_lock_above_an_unfinalized_shared_task_is_refused() -> None:
     """In a web process the Celery app is not finalized yet: ``@shared_task`` returns a
     proxy, which ``@redis_lock`` used to accept silently (the task then ran unlocked), while
