@@ -374,11 +374,11 @@ def test_a_nested_call_naming_the_default_alias_says_it_is_held_by_this_caller()
         return "named ran"
 
     @redis_lock("alias-nested:{pk}", timeout=10)
-    def by_setting(pk: int) -> str:
+    def by_setting(pk: int) -> str | None:
         return named(pk)
 
     @redis_lock("alias-nested:{pk}", timeout=10, using="locks")
-    def named_outer(pk: int) -> str:
+    def named_outer(pk: int) -> str | None:
         return by_setting(pk)
 
     with pytest.raises(LockAlreadyHeld, match=r"'alias-nested:1' is already held by this caller"):
