@@ -190,7 +190,8 @@ class Namer:
         values = self._values(args, kwargs)
         try:
             name = _FORMATTER.vformat(self.key, (), values)
-        except (KeyError, AttributeError, IndexError, TypeError) as exc:
+        except (KeyError, AttributeError, IndexError, TypeError, ValueError) as exc:
+            # (ValueError: a format spec that does not fit the value, {n:05d} given "seven")
             raise InvalidArgument("key", f"template {self.key!r} failed: {exc!r}") from exc
         return check_name(bounded_name(name), "key")
 

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from django_redis_locks import (
     SKIPPED,
+    InvalidArgument,
     InvalidArgumentType,
     Lock,
     LockAlreadyHeld,
@@ -460,6 +461,23 @@ def test_none_booleans_and_bytes_never_share_a_name_with_their_text(value: Any, 
     seen(7)
     seen("7")
     assert names[0] == names[1] == "value:7"
+
+
+def test_a_format_spec_that_does_not_fit_the_value_is_an_invalid_argument() -> None:
+    """``{n:05d}`` given a string: ``format()`` raised its own ValueError ("Unknown format
+    code 'd'"), which names neither the template nor the function. It is InvalidArgument
+    (``argument == "key"``), as for any field that fails, and the body does not run."""
+    ran: list[Any] = []
+
+    @redis_lock("page:{n:05d}", timeout=10)
+    def page(n: Any) -> None:
+        ran.append(n)
+
+    page(7)
+    with pytest.raises(InvalidArgument, match=r"template 'page:\{n:05d\}' failed") as info:
+        page("seven")
+    assert info.value.argument == "key"
+    assert ran == [7]
 
 
 def decorated_lock_name() -> str:
