@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from typing import Any
 
 import pytest
 
-from django_redis_locks import Lock, LockLost
+from django_redis_locks import Lock, LockBackendError, LockLost
 from django_redis_locks.core import Backend
 from django_redis_locks.core.registry import force_release
+from tests.harness import clients
 from tests.harness.servers import wait_until
 
 
@@ -71,3 +74,47 @@ def test_each_phase_logs_a_line_naming_the_holder_id_not_the_token(
         assert any(lv == level and m.startswith(start) for lv, m in lines), (start, lines)
     for token in tokens:
         assert not any(token[:12] in m for _, m in lines)
+
+
+def test_an_acquire_refused_beside_a_renewed_hold_logs_its_clean_up_not_a_renewal(
+    make_server: Any, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 23: the server refuses connections, an acquire fails, and its clean-up (the
+    token-checked release of an acquire whose reply never came) goes out on the renewer's
+    lane. An auto-renewed hold on that server, not due yet, is renewed early in the same
+    round (renewals due within a sixth of their TTL go along). The line saying the server
+    cannot be reached named the round "renew" because a renewal went along, and nothing
+    else: it sent the operator to renewal for an acquire that failed. Each phase now says
+    what of its own work could not reach the server."""
+    ttl = 9.0  # renewed 3 s after the grant, taken along from 1.5 s
+    server = make_server()
+    with clients.sync_from_url(server.url, socket_timeout=0.5) as client:
+        backend = Backend(client, namespace=namespace)
+        held = Lock("held", client=backend, timeout=ttl, auto_renew=True)
+        assert held.acquire()
+        granted = time.monotonic()
+        caplog.set_level(logging.WARNING, logger="django_redis_locks")
+        time.sleep(max(0.0, granted + ttl / 6 + 0.3 - time.monotonic()))  # not due yet
+        server.kill()
+        with pytest.raises(LockBackendError, match="refused"):
+            Lock("refused", client=backend, timeout=5).acquire()
+        assert time.monotonic() < granted + ttl / 3, "too slow: the renewal was due already"
+
+        def lines() -> list[str]:
+            found = [record.getMessage() for record in caplog.records]
+            return [line for line in found if "cannot be reached" in line]
+
+        deadline = time.monotonic() + 2  # (a line for each phase, or what came instead)
+        while len(lines()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        backend.close()
+    assert len(lines()) == 2, lines()
+    reclaim, renew = sorted(lines())
+    assert reclaim.startswith(
+        f"reclaim: {server.url} cannot be reached by the clean-up of an acquire whose reply "
+        "never came (lock 'refused'); retrying: "
+    ), lines()
+    assert renew.startswith(
+        f"renew: {server.url} cannot be reached by the renewal of lock 'held'; retrying: "
+    ), lines()
+    assert "refused" in reclaim and "'refused'" not in renew

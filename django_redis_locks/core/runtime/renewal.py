@@ -74,7 +74,7 @@ class _Lane:
         self._thread: threading.Thread | None = None
         self._idle_since = time.monotonic()
         self._wakes_at = 0.0  # when the thread wakes on its own (0: it is not waiting)
-        self._failing = False
+        self._failing: set[str] = set()  # the phases whose work found Redis unreachable
         self.rounds = 0
         self._exit = False  # the interpreter exits: the thread ends
         stop_at_exit(self)
@@ -210,8 +210,9 @@ class _Lane:
             results: list[Any] = backend.run_many(calls)
         except Exception as exc:
             results = [exc] * len(calls)
-        failure = next((r for r in results if isinstance(r, Exception)), None)
-        self._note_health(failure, "renew" if live else "reclaim")
+        self._note_health(
+            [renewal for renewal, _ in live], results[: len(live)], reclaims, results[len(live) :]
+        )
         for (renewal, generation), result in zip(live, results, strict=False):
             renewal_replied(renewal, generation, result, sent_at, self._lost, failed=self._failed)
         done = [
@@ -225,15 +226,50 @@ class _Lane:
                 if not self._renewals and not self._reclaims:
                     self._idle_since = time.monotonic()
 
-    def _note_health(self, failure: Exception | None, phase: str) -> None:
-        """Log when the lane's Redis stops or starts answering, under the phase of the work
-        that found it out: "renew" when renewals went, "reclaim" when only clean-ups did (of
-        an acquire that failed, or a release that could not be sent)."""
-        if failure is not None and not self._failing:
-            logger.warning("%s: %s cannot be reached, retrying: %s", phase, self.name, failure)
-        elif failure is None and self._failing:
-            logger.warning("%s: %s answers again", phase, self.name)
-        self._failing = failure is not None
+    def _note_health(
+        self,
+        renewals: Sequence[Renewal],
+        renewed: Sequence[Any],
+        reclaims: Sequence[Reclaim],
+        reclaimed: Sequence[Any],
+    ) -> None:
+        """Log when the lane's Redis stops answering a phase's work (its results: an
+        exception when no reply came), naming what of it failed: "renew" for renewals,
+        "reclaim" for clean-ups (of an acquire whose reply never came, a release that could
+        not be sent...). A failed acquire's clean-up is logged as such, also when a renewal
+        went along in its round (and the renewal, failing too, under "renew"). Once a round
+        gets every reply, say that it answers again, under each failing phase that was
+        answered (or the phase of the work that was)."""
+        failures = {
+            "renew": [
+                (f"the renewal of {renewal.label}", result)
+                for renewal, result in zip(renewals, renewed, strict=False)
+                if isinstance(result, Exception)
+            ],
+            "reclaim": [
+                (f"the clean-up of {item.what}", result)
+                for item, result in zip(reclaims, reclaimed, strict=False)
+                if isinstance(result, Exception)
+            ],
+        }
+        for phase, failed in failures.items():
+            if failed and phase not in self._failing:
+                self._failing.add(phase)
+                more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+                logger.warning(
+                    "%s: %s cannot be reached by %s%s; retrying: %s",
+                    phase,
+                    self.name,
+                    failed[0][0],
+                    more,
+                    failed[0][1],
+                )
+        answered = not any(failures.values())
+        if answered and self._failing:
+            ran = [phase for phase, work in (("renew", renewals), ("reclaim", reclaims)) if work]
+            for phase in [phase for phase in ran if phase in self._failing] or ran[:1]:
+                logger.warning("%s: %s answers again", phase, self.name)
+            self._failing.clear()
 
     @staticmethod
     def _failed(renewal: Renewal, reason: str) -> None:
