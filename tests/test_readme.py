@@ -96,6 +96,15 @@ def test_every_docs_example_imports_what_it_uses(where: str, block: str) -> None
     assert unbound_names(block) - PLACEHOLDERS == set(), block
 
 
+def test_the_readme_starts_with_the_demo_and_the_tests() -> None:
+    """Under its title, the README's first lines are the two commands that run the demo and
+    the tests, and nothing else (whatever else moves)."""
+    lines = README.read_text().splitlines()
+    assert lines[:3] == ["# django-redis-locks", "", "```bash"]
+    assert [line.split()[0] for line in lines[3:5]] == ["bin/demo", "bin/test"]
+    assert lines[5] == "```"
+
+
 def test_a_newcomer_reaches_install_and_quickstart_first() -> None:
     """After the two commands and one paragraph of what it is, the README's first sections are
     Install and Quickstart: the demo's tour and the feature list come after them."""
