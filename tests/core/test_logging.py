@@ -111,10 +111,10 @@ def test_an_acquire_refused_beside_a_renewed_hold_logs_its_clean_up_not_a_renewa
     assert len(lines()) == 2, lines()
     reclaim, renew = sorted(lines())
     assert reclaim.startswith(
-        f"reclaim: {server.url} cannot be reached by the clean-up of an acquire whose reply "
+        f"reclaim: {backend.name} cannot be reached by the clean-up of an acquire whose reply "
         "never came (lock 'refused'); retrying: "
     ), lines()
     assert renew.startswith(
-        f"renew: {server.url} cannot be reached by the renewal of lock 'held'; retrying: "
+        f"renew: {backend.name} cannot be reached by the renewal of lock 'held'; retrying: "
     ), lines()
     assert "refused" in reclaim and "'refused'" not in renew
