@@ -8,7 +8,6 @@ work later, a streamed response or a coroutine, keeps the hold until that work i
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import logging
 import sys
@@ -21,7 +20,6 @@ from django.http import StreamingHttpResponse
 
 from django_redis_locks.conf import OnLost, OnRedisError, get_config
 from django_redis_locks.core.errors import (
-    LockAlreadyHeld,
     LockBackendError,
     LockLost,
     LockNotAcquired,
@@ -40,39 +38,13 @@ from .callers import (
 )
 from .kept_holds import KeptHold, keep_until_done, keep_until_streamed
 from .names import Namer
+from .nesting import held_as, holding
 
 __all__ = ["Guard", "OnContention", "OnLost", "OnRedisError"]
 
 logger = logging.getLogger("django_redis_locks.decorators")
 
 OnContention = Literal["raise", "skip", "retry"] | Callable[..., Any]
-
-#: The (cache alias, name) pairs the decorated calls running in this context hold (a thread,
-#: greenlet or asyncio task: each has its own), so that a nested call of the same name is
-#: told it is this caller's, not someone else's (locks are not re-entrant).
-_held_here: contextvars.ContextVar[frozenset[tuple[str, str]]] = contextvars.ContextVar(
-    "django_redis_locks_held_here", default=frozenset()
-)
-
-
-@contextmanager
-def _holding(using: str | None, name: str, label: str) -> Iterator[None]:
-    """Note that this context's call holds ``name`` while the block runs; raise
-    LockAlreadyHeld, without taking anything, if an enclosing call holds it already.
-    ``using=None`` is the ``CACHE_ALIAS`` setting's alias, as for the lock itself."""
-    using = using or get_config().cache_alias
-    held = _held_here.get()
-    if (using, name) in held:
-        raise LockAlreadyHeld(
-            f"lock {name!r} is already held by this caller: {label} was called inside a "
-            "decorated call that holds the same name, and locks are not re-entrant (give "
-            "the inner call another name, or call its undecorated function)"
-        )
-    token = _held_here.set(held | {(using, name)})
-    try:
-        yield
-    finally:
-        _held_here.reset(token)
 
 
 class Guard:
@@ -124,7 +96,7 @@ class Guard:
         if self.on_contention == "retry":
             refuse_retry_outside_tasks(args, self.label)
         lock = self._lock(args, kwargs)
-        with _holding(self.options["using"], lock.name, self.label):
+        with holding(held_as(self.options["using"], lock.name), self.label):
             return self._call(lock, args, kwargs)
 
     def _call(self, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -151,7 +123,7 @@ class Guard:
         if self.namer.reads_user:
             await load_user(request_of(args))
         lock = self._lock(args, kwargs)
-        with _holding(self.options["using"], lock.name, self.label):
+        with holding(held_as(self.options["using"], lock.name), self.label):
             return await self._acall(lock, args, kwargs)
 
     async def _acall(self, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -183,7 +155,7 @@ class Guard:
         if hold is None:  # (nothing to keep: release as usual, which says why)
             self._release(lock, lock.release)
             return result
-        kept = KeptHold(lock, hold, self.label)
+        kept = KeptHold(lock, hold, self.label, held_as(self.options["using"], lock.name))
         if isinstance(result, StreamingHttpResponse):
             return keep_until_streamed(result, kept)
         return keep_until_done(result, kept)

@@ -17,6 +17,10 @@ is therefore kept until the stream ends, and released once, by whichever comes f
 A coroutine returned by a callable that is not recognised as async (an object with an
 ``async def __call__``) is kept the same way, until it finishes.
 
+That later work is the call's own: a decorated call of the same name made in it (in a step
+of the stream, its clean-up, or the coroutine) is nested, and raises LockAlreadyHeld, as
+inside the call (see :mod:`.nesting`).
+
 The release may come from another thread or task than the one that took the lock (Django's
 ASGI handler closes responses in a thread; a WSGI server serving an async view consumes its
 async iterator in an event loop of its own), so it is made for the hold itself, not for the
@@ -38,6 +42,8 @@ from django_redis_locks.core.lock import Lock
 from django_redis_locks.core.runtime.driver import adrive, drive
 from django_redis_locks.core.runtime.holds import Hold
 
+from .nesting import HeldAs, continuing, ended
+
 __all__ = ["KeptHold", "keep_until_done", "keep_until_streamed"]
 
 logger = logging.getLogger("django_redis_locks.decorators")
@@ -48,10 +54,11 @@ T = TypeVar("T")
 class KeptHold:
     """One call's hold, released once (from any thread or task) when its result is done."""
 
-    def __init__(self, lock: Lock, hold: Hold, label: str) -> None:
+    def __init__(self, lock: Lock, hold: Hold, label: str, held_as: HeldAs) -> None:
         self.lock = lock  # kept alive with the hold: a collected Lock is no longer renewed
         self.hold = hold
         self.label = label
+        self.held_as = held_as  # what each step of the later work runs continuing
         self._mutex = threading.Lock()
         self._released = False
 
@@ -112,18 +119,49 @@ def keep_until_streamed(response: StreamingHttpResponse, kept: KeptHold) -> Stre
 
 async def keep_until_done(awaitable: Awaitable[T], kept: KeptHold) -> T:
     """Await ``awaitable``, then release ``kept``."""
+    token = continuing(kept.held_as)  # (one task runs all of this coroutine)
     try:
         result = await awaitable
     except BaseException as error:
+        ended(token)
         await kept.arelease(error)
         raise
+    ended(token)
     await kept.arelease(at_end=True)
     return result
 
 
+class _Steps:
+    """A streamed response's content, each step of which (and its close) runs continuing
+    the call's hold, in whichever thread or task runs it."""
+
+    def __init__(self, content: Iterator[Any], held_as: HeldAs) -> None:
+        self.content = content
+        self.held_as = held_as
+
+    def __iter__(self) -> _Steps:
+        return self
+
+    def __next__(self) -> Any:
+        token = continuing(self.held_as)
+        try:
+            return next(self.content)
+        finally:
+            ended(token)
+
+    def close(self) -> None:
+        close = getattr(self.content, "close", None)
+        if close is not None:
+            token = continuing(self.held_as)
+            try:
+                close()
+            finally:
+                ended(token)
+
+
 def _held(content: Iterator[Any], kept: KeptHold) -> Iterator[Any]:
     try:
-        yield from content  # (closing this closes the content first)
+        yield from _Steps(content, kept.held_as)  # (closing this closes the content first)
     except GeneratorExit:
         kept.release()
         raise
@@ -134,14 +172,26 @@ def _held(content: Iterator[Any], kept: KeptHold) -> Iterator[Any]:
 
 
 async def _held_async(content: AsyncIterator[Any], kept: KeptHold) -> AsyncIterator[Any]:
+    steps = aiter(content)
     try:
-        async for part in content:
+        while True:
+            token = continuing(kept.held_as)  # (each step: the consumer may change)
+            try:
+                part = await anext(steps)
+            except StopAsyncIteration:
+                break
+            finally:
+                ended(token)
             yield part
     except GeneratorExit:
         try:
             aclose = getattr(content, "aclose", None)
             if aclose is not None:  # its clean-up runs under the lock, as for a sync one
-                await aclose()
+                token = continuing(kept.held_as)
+                try:
+                    await aclose()
+                finally:
+                    ended(token)
         finally:
             await kept.arelease()
         raise

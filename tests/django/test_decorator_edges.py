@@ -19,7 +19,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from celery.exceptions import Retry
 from django.contrib.auth.models import User
-from django.test import AsyncClient, Client
+from django.http import HttpRequest, StreamingHttpResponse
+from django.test import AsyncClient, Client, RequestFactory
 from django.utils import timezone
 
 from django_redis_locks import (
@@ -387,6 +388,66 @@ def test_a_nested_call_naming_the_default_alias_says_it_is_held_by_this_caller()
     with pytest.raises(LockAlreadyHeld, match=r"'alias-nested:2' is already held by this caller"):
         named_outer(2)
     assert named(1) == "named ran"  # nothing was left held
+
+
+def test_a_nested_call_in_work_that_keeps_the_hold_says_it_is_held_by_this_caller() -> None:
+    """A streamed response keeps its view's hold until it is sent, and a coroutine returned
+    by a callable not seen as async keeps it until it finishes: that later work is the
+    call's own, so a decorated call of the same name made in it is nested too. It used to
+    be told "held by someone else" (LockNotAcquired), or skipped."""
+
+    @redis_lock("kept-nested:{pk}", timeout=10)
+    def part(pk: int) -> bytes:
+        return b"part"
+
+    @redis_lock("kept-nested:{pk}", timeout=10)
+    def export(request: HttpRequest, pk: int) -> StreamingHttpResponse:
+        def rows() -> Iterator[bytes]:
+            yield b"head,"
+            yield part(pk)
+
+        return StreamingHttpResponse(rows())
+
+    response = export(RequestFactory().get("/"), pk=1)
+    chunks = iter(response)
+    assert next(chunks) == b"head,"
+    with pytest.raises(LockAlreadyHeld, match=r"'kept-nested:1' is already held by this caller"):
+        next(chunks)
+    response.close()
+    assert get_lock("kept-nested:1") is None
+    assert part(1) == b"part"  # (no step of the stream left its mark behind)
+
+    @redis_lock("kept-nested:{pk}", timeout=10)
+    async def apart(pk: int) -> bytes:
+        return b"part"
+
+    @redis_lock("kept-nested:{pk}", timeout=10)
+    async def aexport(request: HttpRequest, pk: int) -> StreamingHttpResponse:
+        async def rows() -> AsyncIterator[bytes]:
+            yield b"head,"
+            yield await apart(pk)
+
+        return StreamingHttpResponse(rows())
+
+    class Report:  # an async __call__: taken for sync, its coroutine keeps the hold
+        async def __call__(self, pk: int) -> bytes:
+            return await apart(pk)
+
+    report = redis_lock("kept-nested:{pk}", timeout=10)(Report())
+
+    async def scenario() -> None:
+        response = await aexport(RequestFactory().get("/"), pk=2)
+        chunks = aiter(response)
+        assert await anext(chunks) == b"head,"
+        with pytest.raises(LockAlreadyHeld, match=r"'kept-nested:2' is already held by this"):
+            await anext(chunks)
+        await sync_to_async(response.close)()
+        with pytest.raises(LockAlreadyHeld, match=r"'kept-nested:3' is already held by this"):
+            await report(3)
+        assert await apart(2) == await apart(3) == b"part"
+
+    asyncio.run(scenario())
+    assert get_lock("kept-nested:2") is None and get_lock("kept-nested:3") is None
 
 
 def test_redis_lock_above_an_unfinalized_shared_task_is_refused() -> None:
