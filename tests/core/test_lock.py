@@ -104,6 +104,22 @@ def test_stale_token_is_refused_by_the_scripts(backend: Backend, redis_client) -
     new.release()
 
 
+def test_a_release_after_the_name_was_retaken_says_another_holder_took_it(
+    backend: Backend, redis_client
+) -> None:
+    """The old holder's release finds another token holding: it says so (not "force-released",
+    not merely "expired"), and leaves the new hold untouched."""
+    old = Lock("retaken-release", client=backend, timeout=0.1)
+    assert old.acquire()
+    new = Lock("retaken-release", client=backend, timeout=10)
+    wait_until(lambda: new.acquire(blocking=False), timeout=5, what="expiry of the first hold")
+    before = snapshot(redis_client, lock_key(new))
+    with pytest.raises(LockLost, match="expired and another holder took it"):
+        old.release()
+    assert snapshot(redis_client, lock_key(new))[0] == before[0] and new.owned()
+    new.release()
+
+
 def test_expiry_then_release_raises_lock_lost(backend: Backend) -> None:
     lock = Lock("short", client=backend, timeout=0.05)
     lock.acquire()

@@ -73,3 +73,20 @@ def test_metadata_split_inside_a_character_comes_back_whole(backend: Backend) ->
     with lock:
         info = get_lock("pieces", client=backend)
         assert info is not None and info.label == label and info.metadata["n"] == 1
+
+
+def test_a_lock_hash_written_with_its_metadata_whole_is_still_listed_with_it(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """A hold written before the metadata was stored in pieces (one field, meta, no mn) is
+    listed with that metadata; a hold with neither shows empty metadata."""
+    key = backend.keys.lock("whole").lock
+    now_ms = int(redis_client.time()[0]) * 1000
+    fields = {"token": "t" * 27, "fence": "1", "acquired": now_ms, "expires": now_ms + 60_000}
+    redis_client.hset(key, mapping={**fields, "meta": '{"label":"written whole","pid":7}'})
+    info = get_lock("whole", client=backend)
+    assert info is not None and info.label == "written whole" and info.pid == 7
+    bare = backend.keys.lock("bare").lock
+    redis_client.hset(bare, mapping=fields)
+    info = get_lock("bare", client=backend)
+    assert info is not None and info.metadata == {}
