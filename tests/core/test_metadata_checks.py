@@ -82,7 +82,12 @@ def test_a_lock_hash_written_with_its_metadata_whole_is_still_listed_with_it(
     listed with that metadata; a hold with neither shows empty metadata."""
     key = backend.keys.lock("whole").lock
     now_ms = int(redis_client.time()[0]) * 1000
-    fields = {"token": "t" * 27, "fence": "1", "acquired": now_ms, "expires": now_ms + 60_000}
+    fields: dict[Any, Any] = {
+        "token": "t" * 27,
+        "fence": "1",
+        "acquired": now_ms,
+        "expires": now_ms + 60_000,
+    }
     redis_client.hset(key, mapping={**fields, "meta": '{"label":"written whole","pid":7}'})
     info = get_lock("whole", client=backend)
     assert info is not None and info.label == "written whole" and info.pid == 7
