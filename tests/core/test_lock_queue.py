@@ -13,6 +13,7 @@ import redis
 from django_redis_locks import Lock
 from django_redis_locks.core import Backend
 from django_redis_locks.core.protocol import lock_calls as protocol
+from django_redis_locks.core.protocol.holder import holder_id
 from django_redis_locks.core.protocol.keys import LockKeys
 from django_redis_locks.core.protocol.replies import Acquired, Contended
 from django_redis_locks.inspection import get_lock
@@ -518,3 +519,40 @@ def test_a_waiter_behind_more_dead_places_than_one_look_drops_is_not_bypassed(
     newcomer = Lock("crowd", client=backend, timeout=10)
     assert not newcomer.acquire(blocking=False)
     assert redis_client.hget(keys.lock, "token") == b"live"
+
+
+def test_a_release_within_its_slice_tells_the_first_waiter_once_when_to_try(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """A release while its session's slice runs keeps the lock for that session and tells the
+    first waiter, on the waiter's own channel, how long the slice has left
+    ("<member>#<holder id>|<ms>"); a second release in the same slice tells it nothing more
+    (lib/lock, lock_release: once per slice). Read from a subscription to that channel."""
+    keys = backend.keys.lock("told")
+    channel = f"{backend.keys.channel}:probe"
+
+    def run(call: Any) -> Any:
+        return backend.run_many([call])[0]
+
+    def take() -> object:
+        call = protocol.acquire_call(keys, "holder", 10_000, "{}", session="s1", slice_ms=5_000)
+        return protocol.decode_acquire(run(call))
+
+    assert isinstance(take(), Acquired)
+    queued = protocol.acquire_call(
+        keys, "waiter", 10_000, "{}", queue=True, lease_ms=10_000, channel=channel
+    )
+    assert isinstance(protocol.decode_acquire(run(queued)), Contended)
+    with redis_client.pubsub() as subscription:
+        subscription.subscribe(channel)
+        assert subscription.get_message(timeout=5)["type"] == "subscribe"
+        assert run(protocol.release_call(keys, "holder")) == 1
+        told = subscription.get_message(timeout=5)
+        assert told is not None and told["type"] == "message", told
+        member, _, rest = told["data"].decode().partition("#")
+        hid, _, left = rest.partition("|")
+        assert (member, hid) == ("lock:told", holder_id("waiter"))
+        assert 0 < int(left) <= 5_000
+        assert isinstance(take(), Acquired)  # the session takes it back within its slice
+        assert run(protocol.release_call(keys, "holder")) == 1
+        assert subscription.get_message(timeout=0.5) is None  # told once per slice
