@@ -6,6 +6,8 @@ Each check is a function named after the promise; it returns the violations it f
 
 from __future__ import annotations
 
+from django_redis_locks.core.protocol.constants import REGISTRY_AHEAD_MS
+
 from .world import Snapshot
 
 Found = list[tuple[str, str]]  # (invariant, detail)
@@ -141,19 +143,26 @@ def queue_flagged(snap: Snapshot) -> Found:
     return found
 
 
+def _flagged_as_listed(snap: Snapshot) -> list[tuple[str, str, float, int | None]]:
+    """Each lock hash and semaphore info hash whose l lies ahead: key, kind word, l, and the
+    hash's own expiry (virtual ms)."""
+    found = []
+    for key, state in snap.keys.items():
+        part = snap.part(key)
+        if part in ("lock", "semi") and len(state.fields) >= 7 and state.fields[6]:
+            listed = float(state.fields[6])
+            if listed > snap.now_ms:
+                found.append((key, part, listed, state.expiry_ms))
+    return found
+
+
 def registry_flag_true(snap: Snapshot) -> Found:
     """A lock hash or semaphore info hash that says its name is listed until a later time
     (l) is listed at least that long: the scripts write the registry only when l falls short,
     so a flag that overstated would leave a held name out of the listings (lib/registry)."""
     found: Found = []
     now = snap.now_ms
-    for key, state in snap.keys.items():
-        part = snap.part(key)
-        if part not in ("lock", "semi") or len(state.fields) < 7 or not state.fields[6]:
-            continue
-        listed = float(state.fields[6])
-        if listed <= now:
-            continue
+    for key, part, listed, _ in _flagged_as_listed(snap):
         member = ("lock:" if part == "lock" else "sem:") + key.split(f":{part}:", 1)[1]
         registry = snap.keys.get(key.split("}:", 1)[0] + "}:reg:expiry")
         kept = registry.scores.get(member) if registry else None
@@ -217,6 +226,24 @@ def _differ(key: str, first: set[str], *others: set[str]) -> str:
     return f"{key}: the lists differ in {', '.join(odd)}"
 
 
+def registry_entry_bounded(snap: Snapshot) -> Found:
+    """A name is listed at most REGISTRY_AHEAD_MS past the expiry of its hash (its l, which
+    its entry follows): what a name leaves in the registry goes soon after the name's keys,
+    also after a long hold was shortened or released early (lib/registry's registry_fit)."""
+    found: Found = []
+    now = snap.now_ms
+    for key, _, listed, expiry in _flagged_as_listed(snap):
+        if expiry is not None and listed > expiry + REGISTRY_AHEAD_MS:
+            found.append(
+                (
+                    "registry_entry_bounded",
+                    f"{key} is listed until t+{listed - now:.0f} ms, "
+                    f"{listed - expiry:.0f} ms past its expiry",
+                )
+            )
+    return found
+
+
 def state_invariants(snap: Snapshot) -> Found:
     """Every per-step check of this module."""
     return (
@@ -226,6 +253,7 @@ def state_invariants(snap: Snapshot) -> Found:
         + lock_queue_consistent(snap)
         + queue_flagged(snap)
         + registry_flag_true(snap)
+        + registry_entry_bounded(snap)
         + semaphore_records_consistent(snap)
         + registry_consistent(snap)
     )

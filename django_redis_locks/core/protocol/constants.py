@@ -33,15 +33,17 @@ HANDOVER_WINDOW_MS = 1000
 #: How many recent releases a name keeps (lib/gone.lua), so that a resent release or forced
 #: release is recognised and an evicted holder learns it was force-released. A resend comes
 #: within moments. Three entries (53 bytes) keep the hash in Redis's compact encoding (values of
-#: at most 64 bytes), so a name released 20 times keeps under 300 bytes.
+#: at most 64 bytes), so a name released 20 times keeps under 300 bytes. (A forced release's
+#: entry is 26 bytes: with two of them among the three the value is longer, and that name's
+#: hash takes the larger encoding until it expires.)
 RECENT_RELEASES = 3
 
 #: How much longer than its keys need a name stays listed in its bucket's registry (ms,
 #: lib/registry.lua): a name in use is listed anew at most once in this time, instead of on
-#: every acquire and release, and listings skip the free names they meet. A released name
-#: leaves the registry at most twice this long after its hash expires (RETENTION_MS after
-#: its release; a release trims an entry kept longer, from a long hold), so within 9 minutes
-#: of its release.
+#: every acquire and release, and listings skip the free names they meet. An entry is kept
+#: at most this long past the expiry of its name's keys (an entry kept longer, from a long
+#: hold shortened or released early, is brought back), so a released name leaves the
+#: registry within 8 minutes (its hash: within 6).
 REGISTRY_AHEAD_MS = 2 * 60 * 1000
 
 #: What ``@NAME@`` stands for in the scripts.

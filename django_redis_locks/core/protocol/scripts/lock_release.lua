@@ -133,7 +133,8 @@ else
         redis.call('PEXPIRE', KEYS[1], LOCK_RETENTION_MS)
         life = LOCK_RETENTION_MS
     end
-    local listed = registry_trim(KEYS[5], KEYS[6], member, held[10], now_ms + life, now_ms)
+    local listed = registry_fit(KEYS[5], KEYS[6], member, held[10], now_ms + life, now_ms,
+        true)
     if listed then
         fields[#fields + 1] = 'l'
         fields[#fields + 1] = listed

@@ -12,7 +12,7 @@
 --                    waiters' estimates; q: "1" while the queue may hold waiters (set by
 --                    lock_enqueue, cleared by the first look that finds the queue empty), so
 --                    that the uncontended path never looks at the queue; l: until when
---                    the name's registry entry is kept (lib/registry's registry_cover: at
+--                    the name's registry entry is kept (lib/registry's registry_fit: at
 --                    least as long as this hash). A release that leaves the lock free keeps
 --                    only fence, gone, avg and l (and q, if set), for RETENTION_MS
 --                    (constants.py; and what was left of the hold's TTL, up to
@@ -140,11 +140,11 @@ local function lock_next_fence(last, now_us)
     return string.format('%.0f', fence)
 end
 
--- Keep the registry entry of ``member`` at least as long as the lock hash that is about to
--- expire in ``life_ms`` (its TTL and the retention); ``listed`` is the hash's l as read.
--- Returns the new l to write (text), or nil (the entry lasts long enough: no command).
+-- Keep the registry entry of ``member`` as long as the lock hash that is about to expire in
+-- ``life_ms`` (its TTL and the retention), and a little longer (registry_fit); ``listed`` is
+-- the hash's l as read. Returns the new l to write (text), or nil (the entry fits: no command).
 local function lock_listing(names_key, expiry_key, member, listed, life_ms, now_ms)
-    return registry_cover(names_key, expiry_key, member, listed, now_ms + life_ms + LOCK_RETENTION_MS,
+    return registry_fit(names_key, expiry_key, member, listed, now_ms + life_ms + LOCK_RETENTION_MS,
         now_ms)
 end
 

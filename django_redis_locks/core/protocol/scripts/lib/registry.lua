@@ -8,7 +8,7 @@
 --
 -- Entries are kept lazily: a name is listed for a while past what its keys need
 -- (REGISTRY_AHEAD_MS), and the primitive's hash records until when in its field 'l'
--- (registry_cover), so a name in steady use writes here once every few minutes, not on every
+-- (registry_fit), so a name in steady use writes here once every few minutes, not on every
 -- acquire and release. An entry may therefore name a lock or semaphore that is free now:
 -- listings describe the names and skip the free ones. Invariant: while a primitive's hash
 -- exists, its entry is kept at least until the hash's own expiry, and at least until the
@@ -54,16 +54,28 @@ local function registry_set(names_key, expiry_key, member, expires_ms, now_ms, o
     end
 end
 
--- A name whose keys now expire at ``need_ms`` (released: what is left of it) while its entry
--- is kept much longer (``listed``, from a long hold that ended early): keep the entry only
--- REGISTRY_AHEAD_MS past ``need_ms``, and both keys as long as their last entry, so that a
--- released name leaves the registry soon after its keys. Returns the new l to write (text),
--- or nil (nothing to trim: no command).
-local function registry_trim(names_key, expiry_key, member, listed, need_ms, now_ms)
-    if not listed or tonumber(listed) <= need_ms + 2 * REGISTRY_AHEAD_MS then
+-- Keep the entry of ``member`` between ``need_ms`` (when the primitive's keys now expire) and
+-- REGISTRY_AHEAD_MS past it. ``listed`` is the primitive's 'l' as read (nil: none): until when
+-- the entry is kept already. Falls short: the entry is made to last REGISTRY_AHEAD_MS past
+-- ``need_ms``, so a name in steady use is listed anew once in that time. Lasts longer (a
+-- long hold that was shortened, or released early): it is brought back to that, and both
+-- keys to their last entry, so that what a name leaves goes soon after its keys. Returns the
+-- new 'l' for the caller to write to the hash (as text), or nil when the entry fits already
+-- (the usual case: no command). ``free``: what is left of a released name, which needs no
+-- entry: one that falls short is left as it is.
+local function registry_fit(names_key, expiry_key, member, listed, need_ms, now_ms, free)
+    local kept = listed and tonumber(listed)
+    if kept and kept >= need_ms and kept <= need_ms + REGISTRY_AHEAD_MS then
         return nil
     end
     local until_ms = need_ms + REGISTRY_AHEAD_MS
+    if not kept or kept < need_ms then
+        if free then
+            return nil
+        end
+        registry_set(names_key, expiry_key, member, until_ms, now_ms, true)
+        return string.format('%.0f', until_ms)
+    end
     redis.call('ZADD', expiry_key, 'XX', until_ms, member)
     local last = redis.call('ZRANGE', expiry_key, -1, -1, 'WITHSCORES')
     if last[2] then
@@ -71,18 +83,5 @@ local function registry_trim(names_key, expiry_key, member, listed, need_ms, now
         redis.call('PEXPIRE', names_key, keep)
         redis.call('PEXPIRE', expiry_key, keep)
     end
-    return string.format('%.0f', until_ms)
-end
-
--- Keep ``member`` listed until at least ``need_ms`` (when its keys expire). ``listed`` is
--- the primitive's 'l' as read (nil: none): until when the entry is kept already. Returns the
--- new 'l' for the caller to write to the hash (as text), or nil when the entry lasts long
--- enough already (the usual case: no command).
-local function registry_cover(names_key, expiry_key, member, listed, need_ms, now_ms)
-    if listed and tonumber(listed) >= need_ms then
-        return nil
-    end
-    local until_ms = need_ms + REGISTRY_AHEAD_MS
-    registry_set(names_key, expiry_key, member, until_ms, now_ms, true)
     return string.format('%.0f', until_ms)
 end

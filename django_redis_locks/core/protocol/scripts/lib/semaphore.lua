@@ -10,7 +10,7 @@
 --                    and its process's own channel for the news); gone: recent releases
 --                    (see lib/gone) and avg: how long holds last (ms, a moving average), both
 --                    kept RETENTION_MS (constants.py) after the last holder left; l: until
---                    when the name's registry entry is kept (lib/registry's registry_cover),
+--                    when the name's registry entry is kept (lib/registry's registry_fit),
 --                    kept with them; q: "1" while the queue may exist (semaphore_waiting)
 --
 -- A holder counts while its expiry is in the future: expired holders and waiters are dropped
@@ -118,7 +118,7 @@ end
 
 -- Make all four keys live as long as the last holder or waiter (``waiting``: whether the
 -- queue exists), and the registry entry of ``member`` at least as long (``listed``: the info
--- hash's l as read, see lib/registry's registry_cover). When nobody holds or waits, delete
+-- hash's l as read, see lib/registry's registry_fit). When nobody holds or waits, delete
 -- them but for the recent releases, the average hold and l (``kept``: {gone, avg}; nil: those
 -- of the info hash), kept SEMAPHORE_RETENTION_MS in a small hash made anew; otherwise write
 -- ``kept`` to the info hash, drop its field ``forget`` (nil: none), and clear its q when
@@ -135,8 +135,8 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, name
         kept = kept or redis.call('HMGET', info_key, 'gone', 'avg')
         redis.call('DEL', holders_key, info_key)
         if kept[1] or kept[2] then
-            listed = registry_trim(names_key, expiry_key, member, listed,
-                now_ms + SEMAPHORE_RETENTION_MS, now_ms) or listed
+            listed = registry_fit(names_key, expiry_key, member, listed,
+                now_ms + SEMAPHORE_RETENTION_MS, now_ms, true) or listed
             redis.call('HSET', info_key, 'gone', kept[1] or '', 'avg', kept[2] or '0', 'l',
                 listed or '0')
             redis.call('PEXPIRE', info_key, SEMAPHORE_RETENTION_MS)
@@ -160,7 +160,7 @@ local function semaphore_keep(holders_key, queue_key, leases_key, info_key, name
     if kept then
         fields = {'gone', kept[1] or '', 'avg', kept[2] or '0'}
     end
-    local relisted = registry_cover(names_key, expiry_key, member, listed, now_ms + keep, now_ms)
+    local relisted = registry_fit(names_key, expiry_key, member, listed, now_ms + keep, now_ms)
     if relisted then
         fields[#fields + 1] = 'l'
         fields[#fields + 1] = relisted
