@@ -136,6 +136,17 @@ UNKILLABLE = {
     ): "equivalent: every entry starts with its kind letter, so a holder id is never found at "
     "the list's first character",
     (
+        "lib/registry.lua",
+        "if not kept or kept < need_ms then",
+        "if not kept or kept <= need_ms then",
+    ): "equivalent: an entry kept exactly until need_ms fits, and the function returned above",
+    (
+        "lib/registry.lua",
+        "if kept and kept >= need_ms and kept <= need_ms + REGISTRY_AHEAD_MS then",
+        "if kept and kept >= need_ms and kept < need_ms + REGISTRY_AHEAD_MS then",
+    ): "outside the promises: at the exact millisecond an entry lasts REGISTRY_AHEAD_MS past "
+    "need_ms it is written again, with the same value",
+    (
         "lib/gone.lua",
         "if #entries >= GONE_KEEP then",
         "if #entries > GONE_KEEP then",
