@@ -360,6 +360,31 @@ def test_a_session_that_takes_its_lock_back_in_its_slices_last_millisecond_keeps
     assert same_ms >= 5, f"only {same_ms} of 50 tries ran in the reservation's millisecond"
 
 
+def test_a_session_takes_its_lock_back_in_its_reservations_last_millisecond_past_a_waiter(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """A lock reserved for a session's slice is that session's to the reservation's end, even
+    while a waiter is due: in the last millisecond the session is granted, not refused while
+    the lock goes to the waiter (lock_acquire looks at the queue only once no reservation is
+    left)."""
+    keys = backend.keys.lock("reserved-waiter-ms")
+    Lock("warm-up", client=backend).acquire(blocking=False)  # the scripts are loaded
+    channel = silent_channel(backend)
+    same_ms = 0
+    for index in range(50):
+        redis_client.delete(keys.lock, keys.queue, keys.waiters, keys.leases)
+        redis_client.eval(RESERVE, 1, keys.lock, "s1", 1_000)
+        queued = protocol.acquire_call(
+            keys, f"w{index}", 10_000, "{}", queue=True, lease_ms=10_000, channel=channel
+        )
+        assert isinstance(protocol.decode_acquire(backend.run_many([queued])[0]), Contended)
+        reserved_at, outcome = reserve_then_acquire(redis_client, keys, 1, "s1", f"t{index}")
+        if getattr(outcome, "server_now_ms", None) == reserved_at:  # 1 ms of it was left
+            same_ms += 1
+            assert isinstance(outcome, Acquired), f"try {index}: {outcome}"
+    assert same_ms >= 5, f"only {same_ms} of 50 tries ran in the reservation's millisecond"
+
+
 def reserve_then_acquire(
     client: redis.Redis, keys: LockKeys, left_ms: int, session: str, token: str
 ) -> tuple[int, Any]:
