@@ -169,7 +169,7 @@ class CapturedHolds:
 
     def names(self, event: str = "acquired") -> list[str]:
         """The names that had ``event`` ("acquired", "released", "contended", "timed_out",
-        "lost"...)."""
+        "lost", "expired"...)."""
         return [e.name for e in self.events if e.event == event]
 
     def assert_held(self, name: str, *, kind: Kind = "lock") -> None:

@@ -21,7 +21,14 @@ __all__ = ["Event", "EventType", "emit", "listening", "subscribe", "subscribed",
 logger = quiet_at_exit(logging.getLogger(__name__))
 
 EventType = Literal[
-    "acquired", "released", "contended", "timed_out", "lost", "renew_failed", "force_released"
+    "acquired",
+    "released",
+    "contended",
+    "timed_out",
+    "lost",
+    "expired",
+    "renew_failed",
+    "force_released",
 ]
 
 
@@ -40,6 +47,9 @@ class Event:
       and ``retry_after`` (the estimated wait, see LockNotAcquired); ``holder_id`` is None.
     - ``lost``: a holder found its hold gone; ``reason`` says why, ``held`` how long after the
       grant it was found.
+    - ``expired``: a hold kept without ``auto_renew`` ran out before its owner released it,
+      found by the owner's next acquire of the name (no warning, no ``on_lost``: a hold may be
+      left to run out on purpose); ``held``: from the grant to its expiry.
     - ``renew_failed``: a renewal of an ``auto_renew`` hold got no reply (``reason``); it is
       retried until the hold's TTL runs out, then the hold is ``lost``. Sent on the callback
       thread.

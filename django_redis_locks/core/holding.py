@@ -172,8 +172,9 @@ class Holding(Generic[K]):
                 )
             if hold.renewed:
                 self._lost(hold, "it expired or was removed")
-            else:
+            else:  # (left to run out, maybe on purpose: no warning, no on_lost)
                 logger.debug("acquire: %s %r: the previous hold expired", self.kind, self.name)
+                self._emit("expired", hold, held=max(hold.expires_at - hold.granted_at, 0.0))
         # RELEASING: a release that failed is being retried in the background.
         self._forget(hold)
 

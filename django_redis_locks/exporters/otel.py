@@ -12,7 +12,8 @@ bounded name of :func:`.prometheus.label_of`):
 
 - ``redis_locks.wait.duration`` (histogram, s; ``redis_locks.outcome``: acquired, contended,
   timed_out): how long acquire calls took, waiting included;
-- ``redis_locks.hold.duration`` (histogram, s; ``redis_locks.outcome``: released, lost);
+- ``redis_locks.hold.duration`` (histogram, s; ``redis_locks.outcome``: released, lost,
+  expired);
 - ``redis_locks.events`` (counter; ``redis_locks.event``): what happened to holds, with the
   values of the Prometheus exporter's ``event`` label;
 - ``redis_locks.holds`` (up-down counter): holds taken and not given back.
@@ -78,7 +79,7 @@ class _Exporter:
             self.events.add(1, {**attributes, "redis_locks.event": "handed_over"})
         if event.event == "acquired":
             self.holds.add(1, attributes)
-        elif event.event in ("released", "lost"):
+        elif event.event in ("released", "lost", "expired"):
             self.holds.add(-1, attributes)
         outcome = {**attributes, "redis_locks.outcome": event.event}
         if event.waited is not None:

@@ -13,14 +13,17 @@ django-prometheus's ``/metrics``). Metrics, each with the labels ``kind`` ("lock
 
 - ``redis_locks_wait_seconds`` (histogram, label ``outcome``: ``acquired``, ``contended``,
   ``timed_out``): how long acquire calls took, waiting included;
-- ``redis_locks_hold_seconds`` (histogram, label ``outcome``: ``released``, ``lost``): how long
-  holds lasted, to their release or to the moment their loss was found;
+- ``redis_locks_hold_seconds`` (histogram, label ``outcome``: ``released``, ``lost``,
+  ``expired``): how long holds lasted, to their release, to the moment their loss was found,
+  or (left to run out) to their expiry;
 - ``redis_locks_events_total`` (counter, label ``event``: ``acquired``, ``handed_over`` (of
   those acquired, how many were handed over by a release while they waited), ``released``,
-  ``contended``, ``timed_out``, ``lost``, ``renew_failed`` (a renewal that got no reply, then
-  retried), ``force_released``);
-- ``redis_locks_holds`` (gauge): holds this process took and has not given back (released, or
-  found lost); in prometheus_client's multiprocess mode, the sum over live processes.
+  ``contended``, ``timed_out``, ``lost``, ``expired`` (a hold left to run out, found by its
+  owner's next acquire), ``renew_failed`` (a renewal that got no reply, then retried),
+  ``force_released``);
+- ``redis_locks_holds`` (gauge): holds this process took and has not given back (released,
+  found lost, or found expired); in prometheus_client's multiprocess mode, the sum over live
+  processes.
 
 ``name`` stays bounded: the event's ``metric_name`` (a decorated call's key template, or
 ``metric_name=`` given to ``Lock``, ``Semaphore`` or ``@redis_lock``), else the caller label of
@@ -100,7 +103,7 @@ class _Exporter:
             self.hold.labels(kind, name, event.event).observe(event.held)
         if event.event == "acquired":
             self.holds.labels(kind, name).inc()
-        elif event.event in ("released", "lost"):
+        elif event.event in ("released", "lost", "expired"):
             self.holds.labels(kind, name).dec()
 
 

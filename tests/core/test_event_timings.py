@@ -215,3 +215,22 @@ def test_no_listener_code_runs_on_a_renewal_lane(make_server: Any) -> None:
     finally:
         unsubscribe(listener)
         client.close()
+
+
+def test_a_hold_left_to_expire_is_expired_at_its_owners_next_acquire(
+    backend: Backend, captured: CapturedHolds
+) -> None:
+    """A hold kept without auto_renew and never released runs out in Redis; its owner's next
+    acquire of the name finds it gone and says so once: an 'expired' event (not 'lost': no
+    warning, no on_lost callback, as for a hold left to expire on purpose), with how long it
+    was held (the grant to its expiry)."""
+    called: list[str] = []
+    lock = Lock("left", client=backend, timeout=0.2, on_lost=lambda _, why: called.append(why))
+    assert lock.acquire()
+    time.sleep(0.3)  # (the hold runs out: its TTL is what is being waited for)
+    assert lock.acquire()
+    expired = _only(captured, "expired", "left")
+    assert expired.held is not None and 0.15 <= expired.held <= 0.25
+    assert expired.holder_id is not None and called == []
+    assert not [e for e in captured.events if e.event == "lost"]
+    lock.release()

@@ -206,3 +206,18 @@ def test_a_failed_install_leaves_no_metric_behind() -> None:
             prometheus.install(registry)
     names = {metric.name for metric in registry.collect()}
     assert names == {"redis_locks_holds"}
+
+
+def test_a_hold_left_to_expire_leaves_the_gauge_at_its_owners_next_acquire(
+    backend: Backend, registry: CollectorRegistry
+) -> None:
+    lock = Lock("left:1", client=backend, timeout=0.2, metric_name="left")
+    left = {"kind": "lock", "name": "left"}
+    assert lock.acquire()
+    time.sleep(0.3)  # (the hold runs out: its TTL is what is being waited for)
+    assert lock.acquire()
+    assert value(registry, "redis_locks_holds", **left) == 1  # the new hold only
+    assert value(registry, "redis_locks_events_total", event="expired", **left) == 1
+    assert value(registry, "redis_locks_hold_seconds_count", outcome="expired", **left) == 1
+    lock.release()
+    assert value(registry, "redis_locks_holds", **left) == 0
