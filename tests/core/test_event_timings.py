@@ -15,6 +15,7 @@ from django_redis_locks.core import Backend, Lock, LockLost, Semaphore
 from django_redis_locks.core.errors import InvalidArgument, InvalidArgumentType
 from django_redis_locks.core.registry import force_release
 from django_redis_locks.testing import CapturedHolds, capture_holds
+from tests.harness.servers import wait_until
 
 
 @pytest.fixture
@@ -227,7 +228,7 @@ def test_a_hold_left_to_expire_is_expired_at_its_owners_next_acquire(
     called: list[str] = []
     lock = Lock("left", client=backend, timeout=0.2, on_lost=lambda _, why: called.append(why))
     assert lock.acquire()
-    time.sleep(0.3)  # (the hold runs out: its TTL is what is being waited for)
+    wait_until(lambda: not lock.locked(), timeout=5, what="the hold's expiry")
     assert lock.acquire()
     expired = _only(captured, "expired", "left")
     assert expired.held is not None and 0.15 <= expired.held <= 0.25

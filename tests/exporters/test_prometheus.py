@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from django_redis_locks.core import Backend, Lock, LockLost, Semaphore
 from django_redis_locks.core.registry import force_release
 from django_redis_locks.exporters import prometheus
+from tests.harness.servers import wait_until
 
 
 @pytest.fixture
@@ -214,7 +215,7 @@ def test_a_hold_left_to_expire_leaves_the_gauge_at_its_owners_next_acquire(
     lock = Lock("left:1", client=backend, timeout=0.2, metric_name="left")
     left = {"kind": "lock", "name": "left"}
     assert lock.acquire()
-    time.sleep(0.3)  # (the hold runs out: its TTL is what is being waited for)
+    wait_until(lambda: not lock.locked(), timeout=5, what="the hold's expiry")
     assert lock.acquire()
     assert value(registry, "redis_locks_holds", **left) == 1  # the new hold only
     assert value(registry, "redis_locks_events_total", event="expired", **left) == 1
