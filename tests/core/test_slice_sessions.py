@@ -27,20 +27,21 @@ def test_an_owner_at_a_reused_address_does_not_take_over_an_ended_owners_slice(
     """An asyncio task releases within its slice while a thread waits (the lock is kept for
     the task's session); a new task at the ended task's address tries to take it, and is
     refused. Whether CPython gives a new task the freed memory depends on what else the
-    process allocated before (it once did not, under xdist on 3.13): the scenario is tried
-    again, on a fresh name, until a task came at that address (at most 5 times)."""
+    process allocated before (it once did not, under xdist on 3.13), and a loaded machine may
+    run that task too late in the slice to tell: the scenario is tried again, on a fresh
+    name, until a task came at that address in time (at most 5 times)."""
     taken = None
     for attempt in range(5):
         taken = _reused_address_try(backend, redis_client, f"slices-{attempt}")
         if taken is not None:
             break
-    assert taken is not None, "no task came at an ended task's address in 5 tries"
+    assert taken is not None, "no task came at an ended task's address, in its slice, in 5 tries"
     assert not taken, "a new task took over an ended task's slice reservation"
 
 
 def _reused_address_try(backend: Backend, redis_client: redis.Redis, name: str) -> bool | None:
-    """Whether the task at the ended task's address took the lock (None: no task came there;
-    then this try ends without a verdict)."""
+    """Whether the task at the ended task's address took the lock (None: no task came there,
+    or it came too late in the slice to tell; then this try ends without a verdict)."""
     lock = Lock(name, client=backend, timeout=10, slice_seconds=1.0)
     waiter_lock = Lock(name, client=backend, timeout=10)
     keys = lock._keys_for(backend)
@@ -88,10 +89,10 @@ def _reused_address_try(backend: Backend, redis_client: redis.Redis, name: str) 
         if not taken_by:
             return None
         (taken,) = taken_by
-        # The try came well within the ended task's slice (timed at the try itself: making and
-        # running 5,000 tasks once took 0.8 s on a loaded machine).
-        assert tried_after[0] < 0.7
-        return taken
+        # The try must come well within the ended task's 1 s slice (timed at the try itself):
+        # making and running 5,000 tasks took 0.72 s and 0.8 s on a loaded machine, and a try
+        # that late proves nothing either way.
+        return taken if tried_after[0] < 0.7 else None
 
     try:
         taken = asyncio.run(main())
