@@ -82,8 +82,7 @@ def registry_covers_holds(snap: Snapshot) -> Found:
             continue
         if need <= now:
             continue
-        registry = snap.keys.get(key.split("}:", 1)[0] + "}:reg:expiry")
-        listed = registry.scores.get(member) if registry else None
+        listed = _listed_until(snap, key, member)
         if listed is None or listed < need:
             found.append(
                 (
@@ -93,6 +92,12 @@ def registry_covers_holds(snap: Snapshot) -> Found:
                 )
             )
     return found
+
+
+def _listed_until(snap: Snapshot, key: str, member: str) -> float | None:
+    """Until when the registry of ``key``'s bucket keeps ``member`` (None: not listed)."""
+    registry = snap.keys.get(key.split("}:", 1)[0] + "}:reg:expiry")
+    return registry.scores.get(member) if registry else None
 
 
 def nothing_left(snap: Snapshot) -> Found:
@@ -164,8 +169,7 @@ def registry_flag_true(snap: Snapshot) -> Found:
     now = snap.now_ms
     for key, part, listed, _ in _flagged_as_listed(snap):
         member = ("lock:" if part == "lock" else "sem:") + key.split(f":{part}:", 1)[1]
-        registry = snap.keys.get(key.split("}:", 1)[0] + "}:reg:expiry")
-        kept = registry.scores.get(member) if registry else None
+        kept = _listed_until(snap, key, member)
         if kept is None or kept < listed:
             found.append(
                 (
