@@ -9,7 +9,7 @@ core's registry module under a shorter name.
 
 from __future__ import annotations
 
-from .core.info import HolderInfo, Page, SemaphoreInfo
+from .core.info import HolderInfo, Page, SemaphoreInfo, WaiterInfo
 from .core.registry import (
     MAX_PAGE_SIZE,
     force_release,
@@ -24,6 +24,7 @@ __all__ = [
     "HolderInfo",
     "Page",
     "SemaphoreInfo",
+    "WaiterInfo",
     "force_release",
     "get_lock",
     "get_semaphore",

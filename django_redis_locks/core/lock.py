@@ -19,6 +19,7 @@ from .holding import LostCallback
 from .primitive import Primitive
 from .protocol import lock_calls as protocol
 from .protocol import replies
+from .protocol.holder import with_renewal
 from .protocol.keys import LockKeys
 from .protocol.scripting import Call
 from .runtime.acquiring import Outcome, Request
@@ -100,6 +101,7 @@ class Lock(Primitive[LockKeys]):
             on_lost=on_lost,
             metric_name=metric_name,
         )
+        self._metadata_json = with_renewal(self._metadata_json, self.auto_renew, self.timeout)
         self.wait_for_replicas = _check_replicas(wait_for_replicas)
         self.slice_seconds = _check_slice(slice_seconds)
         self._slice_ms = math.ceil(self.slice_seconds * 1000)

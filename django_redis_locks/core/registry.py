@@ -27,7 +27,14 @@ from typing import Any, Literal, TypeVar
 from .connection.backend import Backend, backend_for_client, resolve_backend
 from .errors import InvalidArgument, InvalidArgumentType
 from .events import Event, emit, listening
-from .info import HolderInfo, Page, SemaphoreInfo, parse_lock, parse_semaphore
+from .info import (
+    MAX_WAITERS_SHOWN,
+    HolderInfo,
+    Page,
+    SemaphoreInfo,
+    parse_lock,
+    parse_semaphore,
+)
 from .protocol import lock_calls as lock_protocol
 from .protocol import semaphore_calls as semaphore_protocol
 from .protocol.holder import check_holder_id
@@ -233,7 +240,11 @@ def _describe_locks(backend: Backend, names: Sequence[str]) -> Operation[list[Ho
     """One ``lock_inspect`` call per bucket, all in one round trip per server."""
     groups = _by_bucket(names)
     calls = tuple(
-        Call(load("lock_inspect"), tuple(backend.keys.lock(names[i]).lock for i in indexes), ())
+        Call(
+            load("lock_inspect"),
+            tuple(key for i in indexes for key in backend.keys.lock(names[i]).all[:4]),
+            (MAX_WAITERS_SHOWN,),
+        )
         for indexes in groups.values()
     )
     replies = yield EvalMany(calls)
@@ -254,7 +265,7 @@ def semaphore_info_steps(
         Call(
             load("sem_inspect"),
             tuple(key for i in indexes for key in backend.keys.semaphore(names[i]).state),
-            (),
+            (MAX_WAITERS_SHOWN,),
         )
         for indexes in groups.values()
     )

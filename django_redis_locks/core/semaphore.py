@@ -24,6 +24,7 @@ from .info import HolderInfo, SemaphoreInfo
 from .primitive import Primitive
 from .protocol import replies
 from .protocol import semaphore_calls as protocol
+from .protocol.holder import with_renewal
 from .protocol.keys import SemaphoreKeys
 from .protocol.lock_calls import WAITER_LEASE_MS
 from .protocol.scripting import Call
@@ -91,6 +92,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
             on_lost=on_lost,
             metric_name=metric_name,
         )
+        self._metadata_json = with_renewal(self._metadata_json, self.auto_renew, self.timeout)
         self.limit = check_limit(limit)
 
     # -- public API beyond the shared one ----------------------------------------------------

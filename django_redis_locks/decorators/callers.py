@@ -34,6 +34,7 @@ __all__ = [
     "response",
     "retry_after_seconds",
     "retry_later",
+    "task_fields",
 ]
 
 logger = logging.getLogger("django_redis_locks.decorators")
@@ -84,6 +85,22 @@ def _not_a_task(label: str) -> LockConfigurationError:
         "neither a Celery task nor a Django task with takes_context=True; use "
         "on_contention='skip' or 'raise' for a plain function"
     )
+
+
+def task_fields(args: tuple[Any, ...]) -> dict[str, str]:
+    """What holder metadata says of the task this call runs in: a Django task's name and id
+    (``takes_context=True``: its context comes first), or a Celery task's; empty outside
+    both."""
+    django_task = _django_task(args)
+    if django_task is not None:
+        return {
+            "django_task": str(getattr(django_task, "module_path", django_task.name)),
+            "django_task_id": str(args[0].task_result.id),
+        }
+    celery_task = current_celery_task(args)
+    if celery_task is not None:
+        return {"celery_task": str(celery_task.name), "celery_task_id": str(celery_task.request.id)}
+    return {}
 
 
 def _django_task(args: tuple[Any, ...]) -> Any:

@@ -35,6 +35,7 @@ from .callers import (
     response,
     retry_after_seconds,
     retry_later,
+    task_fields,
 )
 from .kept_holds import KeptHold, keep_until_done, keep_until_streamed
 from .names import Namer
@@ -76,7 +77,8 @@ class Guard:
         if self.template.metric_name is None:  # bounded: the template, not the call's name
             key = namer.key
             self.template.metric_name = key if isinstance(key, str) else self.label
-        self.label_json = f'"label":{encode_basestring(self.label)}'
+        # The label, led by "renew" when the hold is renewed (the template's own metadata).
+        self.label_json = self.template._metadata_json
 
     def _lock(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Lock:
         """The call's lock. Raises InvalidArgumentType / InvalidArgument when the call's
@@ -84,7 +86,17 @@ class Guard:
         name = self.namer.name(args, kwargs)
         request = request_of(args)
         if request is None:
-            return self.template._derived(name, {"label": self.label}, self.label_json)
+            task = task_fields(args)
+            if not task:
+                return self.template._derived(name, {"label": self.label}, self.label_json)
+            return self.template._derived(
+                name,
+                {"label": self.label, **task},
+                ",".join(
+                    [self.label_json]
+                    + [f"{encode_basestring(k)}:{encode_basestring(v)}" for k, v in task.items()]
+                ),
+            )
         shown = f"{request.method} {request.path}"[:200]
         return self.template._derived(
             name,

@@ -13,6 +13,7 @@ from celery import Celery, shared_task
 
 from django_redis_locks import redis_lock
 from django_redis_locks.decorators import SKIPPED
+from django_redis_locks.inspection import get_lock
 
 try:
     from django.tasks import TaskContext, task
@@ -67,3 +68,23 @@ def daily_report(context: Any, day: str) -> str:  # a TaskContext
 def celery_retrying(self: Any, index: str) -> str:
     runs.append(f"celery-retry {index}")
     return f"rebuilt {index}"
+
+
+@shared_task(bind=True)
+@redis_lock("celery-seen:{index}", timeout=10)
+def celery_seen(self: Any, index: str) -> dict[str, Any]:
+    """The holder metadata of its own hold, as a listing shows it."""
+    return _own_metadata(f"celery-seen:{index}")
+
+
+@task(takes_context=True)
+@redis_lock("django-seen:{index}", timeout=10)
+def django_seen(context: Any, index: str) -> dict[str, Any]:
+    """The holder metadata of its own hold, as a listing shows it."""
+    return _own_metadata(f"django-seen:{index}")
+
+
+def _own_metadata(name: str) -> dict[str, Any]:
+    hold = get_lock(name)
+    assert hold is not None
+    return hold.metadata

@@ -432,6 +432,27 @@ def test_celery_shared_task_is_exclusive() -> None:
     ]
 
 
+def test_a_tasks_hold_names_the_task_it_runs_in_and_its_renewal() -> None:
+    """The admin shows a task's hold with its task: Celery's name and id, or a Django task's
+    (``takes_context=True``) module path and id; @redis_lock renews by default, every third
+    of its timeout."""
+    result = decorated_tasks.celery_seen.delay("a")
+    celery = result.get()
+    assert celery["celery_task"] == "tests.django.decorated_tasks.celery_seen"
+    assert celery["celery_task_id"] == result.id
+    assert celery["label"] == "tests.django.decorated_tasks.celery_seen"
+    assert celery["renew"] == 3.3
+    django_result = decorated_tasks.django_seen.enqueue("a")
+    django_task = django_result.return_value
+    assert django_task["django_task"] == "tests.django.decorated_tasks.django_seen"
+    assert django_task["django_task_id"] == str(django_result.id)
+    assert "celery_task" not in django_task and django_task["renew"] == 3.3
+    held = Lock("plain-call", timeout=5)
+    with held:
+        hold = get_lock("plain-call")
+        assert hold is not None and not {"celery_task", "django_task", "renew"} & set(hold.metadata)
+
+
 def test_task_objects_are_refused_with_the_right_order_in_the_message() -> None:
     with pytest.raises(TypeError, match="put @task above @redis_lock"):
         redis_lock("x")(decorated_tasks.rebuild)  # type: ignore[type-var]

@@ -29,6 +29,7 @@ __all__ = [
     "holder_metadata",
     "metadata_json",
     "new_token",
+    "with_renewal",
 ]
 
 #: Length of a holder id (hex digits).
@@ -93,6 +94,17 @@ def metadata_json(extra: Mapping[str, Any]) -> str:
     if not extra:
         return ""
     return json.dumps(dict(extra), separators=(",", ":"), default=str, allow_nan=False)[1:-1]
+
+
+def with_renewal(extra_json: str, auto_renew: bool, ttl: float | None) -> str:
+    """``extra_json`` led by ``"renew"``, for a hold kept with ``auto_renew``: the seconds
+    between its renewals (a third of its TTL), or true when the TTL is the configured default
+    (not known here). A few bytes, so that listings can tell a renewed hold from one that
+    runs out. The caller's own "renew" key, if any, comes later and wins."""
+    if not auto_renew:
+        return extra_json
+    every = "true" if ttl is None else format(max(round(ttl / 3, 1), 0.1), "g")
+    return f'"renew":{every},{extra_json}' if extra_json else f'"renew":{every}'
 
 
 def holder_metadata(owner: object, extra_json: str) -> str:
