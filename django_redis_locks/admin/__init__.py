@@ -22,7 +22,8 @@ __all__ = ["LiveLockAdmin"]
 
 @admin.register(LiveLock)
 class LiveLockAdmin(LiveList, Release):
-    """Lists live locks and semaphores from Redis; force-releases one hold at a time."""
+    """Lists live locks and semaphores from Redis; force-releases one hold, or every hold of
+    one process."""
 
     # -- URLs ----------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
@@ -37,5 +38,10 @@ class LiveLockAdmin(LiveList, Release):
                 "release/",
                 self.admin_site.admin_view(self.release_view),
                 name="{}_{}_release".format(*info),
+            ),
+            path(
+                "release/process/",
+                self.admin_site.admin_view(self.release_process_view),
+                name="{}_{}_release_process".format(*info),
             ),
         ]

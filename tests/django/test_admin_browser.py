@@ -90,7 +90,7 @@ def test_operator_force_releases_a_lock_held_by_another_process(
     assert f"pid {holder.held['pid']}" in row.inner_text()
     assert holder.held["holder_id"] in row.inner_text()
     shoot(page, "release-1-list")
-    row.locator("text=Release").click()
+    row.locator("td.field-release >> text=Release").click()
     page.wait_for_selector("text=Are you sure you want to force-release the lock")
     shoot(page, "release-2-confirm")
     page.click("input[value='Yes, release it']")

@@ -1,8 +1,10 @@
 /* The live locks page: countdowns, and rows that refresh themselves.
  *
  * Each .drl-countdown counts down from its data-ttl-ms. A countdown that reaches zero says
- * "renewal due", never "expired": an auto-renewed hold is topped up around then, and the
- * next refresh (asked for at once) shows its new TTL, or that it is gone.
+ * "renewal due", never "expired": a hold may be renewed around then, and the next refresh
+ * (asked for at once) shows its new TTL, or that it is gone. (Holds kept with auto_renew
+ * show "renewed" instead of a countdown.) Each .drl-held counts up from its data-held-ms:
+ * how long a hold has been held, or a waiter has waited.
  *
  * #drl-live (the list page) is fetched again every data-refresh-seconds, from
  * data-refresh-url, and replaced in place: new holders appear, released ones go. Refreshing
@@ -16,9 +18,23 @@
   let lastRefresh = performance.now();
   let busy = false;
 
+  function duration(seconds) {
+    if (seconds < 60) {
+      return seconds.toFixed(1) + " s";
+    }
+    const whole = Math.floor(seconds);
+    if (whole < 3600) {
+      return Math.floor(whole / 60) + " min " + (whole % 60) + " s";
+    }
+    return Math.floor(whole / 3600) + " h " + Math.floor((whole % 3600) / 60) + " min";
+  }
+
   function countdowns() {
     const elapsed = performance.now() - shownAt;
     let due = false;
+    for (const counter of document.querySelectorAll(".drl-held[data-held-ms]")) {
+      counter.textContent = duration((Number(counter.dataset.heldMs) + elapsed) / 1000);
+    }
     for (const counter of document.querySelectorAll(".drl-countdown[data-ttl-ms]")) {
       const left = (Number(counter.dataset.ttlMs) - elapsed) / 1000;
       if (left > 0) {
