@@ -81,6 +81,9 @@ class AdminPages(_ModelAdmin):
             "crumbs": crumbs,
             # Django 6.1 marks breadcrumbs up as a list (<ol>); before, as a <div>.
             "crumbs_as_list": django.VERSION >= (6, 1),
+            # Django 6.0 puts a changelist's filters (a <search>) first inside its form
+            # container; before, they follow the container (a <nav>).
+            "filters_inside": django.VERSION >= (6, 0),
         }
 
 

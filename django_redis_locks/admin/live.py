@@ -119,7 +119,7 @@ class LiveList(AdminPages):
                 pid=state.pid,
                 list=urlencode(state.params()),
             )
-            if can_release and state.process
+            if can_release and state.process and shown
             else None,
             "can_release": can_release,
             "redis_error": error,

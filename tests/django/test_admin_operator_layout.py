@@ -96,6 +96,17 @@ def renewed_none() -> Any:
     return Nobody()
 
 
+def assert_unclipped(page: Any, selector: str) -> None:
+    """``selector`` lies within the table's scrolling box: seen without scrolling it."""
+    shown, results = box(page, selector), box(page, "#changelist .results")
+    assert results["x"] - 0.5 <= shown["x"], (selector, shown, results)
+    assert shown["x"] + shown["width"] <= results["x"] + results["width"] + 0.5, (
+        selector,
+        shown,
+        results,
+    )
+
+
 def assert_no_sideways_scroll(page: Any, width: int) -> None:
     scroll = page.evaluate("document.documentElement.scrollWidth")
     assert scroll <= width, f"the page is {scroll} px wide in a {width} px window"
@@ -135,10 +146,13 @@ def test_waiters_held_for_renewed_filters_and_sorting_are_where_they_are_seen(
         assert filters["y"] >= table["y"] + table["height"]  # under the rows
     if narrow:
         assert_inside(page, "#result_list a.drl-release-inline", width)
+        assert_unclipped(page, "#result_list a.drl-release-inline")
         assert page.locator("#result_list td.field-release").first.is_hidden()
         assert_no_sideways_scroll(page, width)
     else:
         assert_inside(page, "#result_list td.field-release a.deletelink", width)
+        assert_unclipped(page, "#result_list td.field-release a.deletelink")
+        assert_unclipped(page, '#result_list tr[data-name="orders:charge-42"] .drl-renewed')
     shoot(page, f"operator-{theme}-{width}-list")
 
     header = page.locator("#result_list th.column-acquired a")
