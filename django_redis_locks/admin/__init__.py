@@ -14,6 +14,7 @@ from django.urls import URLPattern, path
 
 from django_redis_locks.models import LiveLock
 
+from .hot import HotList
 from .live import LiveList
 from .release import Release
 
@@ -21,9 +22,9 @@ __all__ = ["LiveLockAdmin"]
 
 
 @admin.register(LiveLock)
-class LiveLockAdmin(LiveList, Release):
-    """Lists live locks and semaphores from Redis; force-releases one hold, or every hold of
-    one process."""
+class LiveLockAdmin(LiveList, HotList, Release):
+    """Lists live locks and semaphores from Redis, and the most contended names;
+    force-releases one hold, or every hold of one process."""
 
     # -- URLs ----------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
@@ -43,5 +44,10 @@ class LiveLockAdmin(LiveList, Release):
                 "release/process/",
                 self.admin_site.admin_view(self.release_process_view),
                 name="{}_{}_release_process".format(*info),
+            ),
+            path(
+                "hot/",
+                self.admin_site.admin_view(self.hot_view),
+                name="{}_{}_hot".format(*info),
             ),
         ]

@@ -92,6 +92,7 @@ class LiveList(AdminPages):
                 }
                 for value, label in KINDS.items()
             ],
+            "hot_url": self._url("hot"),
             "query": state.q,
             "hidden": {k: v for k, v in state.params(p=1).items() if k != "q"},
             "rows": rows,

@@ -25,6 +25,8 @@ EventType = Literal[
     "released",
     "contended",
     "timed_out",
+    "cancelled",
+    "failed",
     "lost",
     "expired",
     "renew_failed",
@@ -41,10 +43,16 @@ class Event:
       True when the name was already granted to the call's token when its attempt arrived:
       handed to it by a release while it waited (or granted by an earlier copy of the attempt
       whose reply was lost).
-    - ``released``: its holder released it; ``held``: seconds from the grant.
+    - ``released``: its holder released it; ``held``: seconds from the grant. ``reason`` is
+      set when the release got no reply (LockBackendError, a cancelled ``arelease()``): the
+      release goes on in the background (or the hold runs out), the owner has given it back.
     - ``contended``: an acquire that does not wait (``blocking=False``) found the name taken;
       ``timed_out``: a blocking acquire's wait ran out. Both with ``waited`` (the whole call)
       and ``retry_after`` (the estimated wait, see LockNotAcquired); ``holder_id`` is None.
+    - ``cancelled``: an acquire call ended by a cancellation or an interruption (asyncio
+      cancellation, ``asyncio.timeout``, KeyboardInterrupt) while it asked or waited;
+      ``failed``: one that ended with LockBackendError (Redis out of reach, no reply). Both
+      with ``waited``; ``holder_id`` is None (whatever it may have been granted is undone).
     - ``lost``: a holder found its hold gone; ``reason`` says why, ``held`` how long after the
       grant it was found.
     - ``expired``: a hold kept without ``auto_renew`` ran out before its owner released it,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from .errors import LockAlreadyHeld, LockBackendError, LockLost, LockNotOwned
-from .events import Event, EventType, emit, listening
+from .hold_events import Telling
 from .protocol import replies
 from .protocol.scripting import Call
 from .runtime.acquiring import Keys, Request, lifetime
@@ -34,7 +34,7 @@ K = TypeVar("K", bound=Keys)  # the primitive's keys (LockKeys, SemaphoreKeys)
 LostCallback = Callable[[Any, str], None]
 
 
-class Holding(Generic[K]):
+class Holding(Telling, Generic[K]):
     """The hold half of a primitive. Subclasses implement the hooks that raise
     NotImplementedError and set the attributes below."""
 
@@ -129,36 +129,6 @@ class Holding(Generic[K]):
         if self.on_lost is not None:
             self.on_lost(self, reason)
 
-    def _emit(
-        self,
-        event: EventType,
-        hold: Hold | None,
-        *,
-        reason: str | None = None,
-        retry_after: float | None = None,
-        waited: float | None = None,
-        held: float | None = None,
-        handed_over: bool | None = None,
-    ) -> None:
-        if listening(event):
-            label = self.metadata.get("label")
-            emit(
-                Event(
-                    event=event,
-                    kind=self.kind,
-                    name=self.name,
-                    holder_id=None if hold is None else hold.holder_id,
-                    fence=None if hold is None else hold.fence,
-                    label=None if label is None else str(label),
-                    reason=reason,
-                    retry_after=retry_after,
-                    waited=waited,
-                    held=held,
-                    metric_name=self.metric_name,
-                    handed_over=handed_over,
-                )
-            )
-
     # -- operations on a hold (sans I/O) ---------------------------------------------------
     def _retire(self, hold: Hold, owner: Any) -> Operation[None]:
         """Before a new acquire by an owner that has a hold on record: refuse if Redis says
@@ -243,12 +213,6 @@ class Holding(Generic[K]):
         """The asking process's wake-up channel, recorded with a place in a queue."""
         return request.backend.hub().channel
 
-    def _contended(self, request: Request[Any], retry_after: float | None, blocking: bool) -> None:
-        waited = time.monotonic() - request.asked_at
-        self._emit(
-            "timed_out" if blocking else "contended", None, retry_after=retry_after, waited=waited
-        )
-
     def _release(self, hold: Hold) -> Operation[None]:
         if hold.renewed:
             renewer().remove(hold)
@@ -274,6 +238,7 @@ class Holding(Generic[K]):
                 f"a release whose reply never came ({self.kind} {self.name!r})",
             )
             self._watch_copies(hold)
+            self._given_back(hold, "no reply: the release goes on in the background")
             raise
         except GeneratorExit:
             raise
@@ -281,6 +246,7 @@ class Holding(Generic[K]):
             # Cancelled or interrupted, maybe before the script went out: finish the release
             # whatever happens to the caller next (or leave it to the renewer).
             self._forget(hold)
+            self._given_back(hold, "interrupted: the release goes on in the background")
             yield Detach(
                 call if call is not None else self._release_call(hold.keys, hold.token),
                 max(hold.local_time_left(), 0.0) + hold.ttl,
@@ -293,7 +259,7 @@ class Holding(Generic[K]):
             self._forget(hold)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("release: %s %r (holder %s)", self.kind, self.name, hold.holder_id)
-            self._emit("released", hold, held=time.monotonic() - hold.granted_at)
+            self._given_back(hold)
             return
         raise self._lost(hold, replies.loss_reason(code))
 

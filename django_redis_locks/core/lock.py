@@ -207,6 +207,7 @@ class Lock(Primitive[LockKeys]):
             slice_ms=self._slice_ms,
             channel=self._channel(request) if queue else "-",
             deadline_ms=deadline_ms,
+            waited_ms=request.waited_ms(),
         )
         if self.wait_for_replicas is None:
             result = protocol.decode_acquire((yield from request.ask(Eval(call))))

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
-from .connection.backend import Backend, backend_for_client, resolve_backend
+from .connection.backend import Backend, backend_of
 from .errors import InvalidArgument, InvalidArgumentType
 from .events import Event, emit, listening
 from .info import (
@@ -42,7 +42,7 @@ from .protocol.keys import BUCKETS, LOCK_KIND, SEMAPHORE_KIND, KeySpace
 from .protocol.replies import RELEASED, RELEASED_BEFORE, text
 from .protocol.scripting import Call, load
 from .runtime.driver import Eval, EvalMany, Operation, drive
-from .validation import MAX_NAME_BYTES, check_name
+from .validation import MAX_NAME_BYTES, check_count, check_name
 
 __all__ = [
     "MAX_PAGE_SIZE",
@@ -78,7 +78,7 @@ def list_locks(
     Raises InvalidArgument(Type) for a bad prefix, cursor or count, LockBackendError when
     Redis fails.
     """
-    backend = _backend(using, client)
+    backend = backend_of(using, client)
     return drive(_list(backend, LOCK_KIND, prefix, cursor, count, _describe_locks), backend)
 
 
@@ -91,7 +91,7 @@ def list_semaphores(
     client: Any = None,
 ) -> Page[SemaphoreInfo]:
     """Semaphores with holders or waiters whose name starts with ``prefix``; see list_locks."""
-    backend = _backend(using, client)
+    backend = backend_of(using, client)
     return drive(
         _list(backend, SEMAPHORE_KIND, prefix, cursor, count, semaphore_info_steps), backend
     )
@@ -100,7 +100,7 @@ def list_semaphores(
 def get_lock(name: str, *, using: str | None = None, client: Any = None) -> HolderInfo | None:
     """The current holder of lock ``name``, or None when it is free."""
     name = check_name(name)
-    backend = _backend(using, client)
+    backend = backend_of(using, client)
     return drive(_describe_locks(backend, [name]), backend)[0]
 
 
@@ -109,7 +109,7 @@ def get_semaphore(
 ) -> SemaphoreInfo | None:
     """Semaphore ``name`` with its holders, or None when nobody holds or waits."""
     name = check_name(name)
-    backend = _backend(using, client)
+    backend = backend_of(using, client)
     return drive(semaphore_info_steps(backend, [name]), backend)[0]
 
 
@@ -132,7 +132,7 @@ def force_release(
     """
     name = check_name(name)
     holder_id = check_holder_id(holder_id)
-    backend = _backend(using, client)
+    backend = backend_of(using, client)
     call: Call
     if kind == "lock":
         call = lock_protocol.release_call(backend.keys.lock(name), holder_id, forced=True)
@@ -170,7 +170,7 @@ def _list(  # noqa: PLR0917 - private, called from two places
     lib/registry.lua): read candidates, describe them, keep the live ones, and read on until
     the page is full or the registry ends, reading more candidates each round."""
     prefix = _check_prefix(prefix)
-    count = _check_count(count)
+    count = check_count(count, MAX_PAGE_SIZE)
     position = _decode_cursor(cursor)
     items: list[T] = []
     want = count
@@ -279,28 +279,12 @@ def semaphore_info_steps(
 
 
 # -- arguments ----------------------------------------------------------------------------
-def _backend(using: str | None, client: Any) -> Backend:
-    if using is not None and client is not None:
-        raise InvalidArgument("using", "give either using= or client=, not both")
-    if client is None:
-        return resolve_backend(using)
-    return client if isinstance(client, Backend) else backend_for_client(client)
-
-
 def _check_prefix(prefix: object) -> str:
     if not isinstance(prefix, str):
         raise InvalidArgumentType("prefix", f"must be a str, not {type(prefix).__name__}")
     if prefix:
         check_name(prefix, "prefix")
     return prefix
-
-
-def _check_count(count: object) -> int:
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise InvalidArgumentType("count", f"must be an int, not {type(count).__name__}")
-    if not 1 <= count <= MAX_PAGE_SIZE:
-        raise InvalidArgument("count", f"must be from 1 to {MAX_PAGE_SIZE} (got {count})")
-    return count
 
 
 def _encode_cursor(bucket: int, name: str) -> str:

@@ -190,6 +190,7 @@ class Semaphore(Primitive[SemaphoreKeys]):
             lease_ms=WAITER_LEASE_MS,
             channel=self._channel(request) if queue else "-",
             deadline_ms=deadline_ms,
+            waited_ms=request.waited_ms(),
         )
         result = protocol.decode_acquire((yield from request.ask(Eval(call))))
         if isinstance(result, protocol.LimitMismatch):

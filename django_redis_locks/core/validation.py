@@ -13,6 +13,7 @@ __all__ = [
     "MAX_WAIT_SECONDS",
     "MIN_TTL_SECONDS",
     "check_bool",
+    "check_count",
     "check_metric_name",
     "check_name",
     "check_namespace",
@@ -134,6 +135,15 @@ def check_bool(value: object, argument: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidArgumentType(argument, f"must be True or False, not {value!r}")
     return value
+
+
+def check_count(count: object, most: int) -> int:
+    """How many items a listing returns: an int from 1 to ``most``."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise InvalidArgumentType("count", f"must be an int, not {type(count).__name__}")
+    if not 1 <= count <= most:
+        raise InvalidArgument("count", f"must be from 1 to {most} (got {count})")
+    return count
 
 
 def to_millis(seconds: float) -> int:

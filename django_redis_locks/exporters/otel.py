@@ -11,7 +11,7 @@ Metrics (attributes ``redis_locks.kind``, "lock" or "semaphore", and ``redis_loc
 bounded name of :func:`.prometheus.label_of`):
 
 - ``redis_locks.wait.duration`` (histogram, s; ``redis_locks.outcome``: acquired, contended,
-  timed_out): how long acquire calls took, waiting included;
+  timed_out, cancelled, failed): how long acquire calls took, waiting included;
 - ``redis_locks.hold.duration`` (histogram, s; ``redis_locks.outcome``: released, lost,
   expired);
 - ``redis_locks.events`` (counter; ``redis_locks.event``): what happened to holds, with the

@@ -12,15 +12,15 @@ django-prometheus's ``/metrics``). Metrics, each with the labels ``kind`` ("lock
 "semaphore") and ``name``:
 
 - ``redis_locks_wait_seconds`` (histogram, label ``outcome``: ``acquired``, ``contended``,
-  ``timed_out``): how long acquire calls took, waiting included;
+  ``timed_out``, ``cancelled``, ``failed``): how long acquire calls took, waiting included;
 - ``redis_locks_hold_seconds`` (histogram, label ``outcome``: ``released``, ``lost``,
   ``expired``): how long holds lasted, to their release, to the moment their loss was found,
   or (left to run out) to their expiry;
 - ``redis_locks_events_total`` (counter, label ``event``: ``acquired``, ``handed_over`` (of
   those acquired, how many were handed over by a release while they waited), ``released``,
-  ``contended``, ``timed_out``, ``lost``, ``expired`` (a hold left to run out, found by its
-  owner's next acquire), ``renew_failed`` (a renewal that got no reply, then retried),
-  ``force_released``);
+  ``contended``, ``timed_out``, ``cancelled``, ``failed``, ``lost``, ``expired`` (a hold
+  left to run out, found by its owner's next acquire), ``renew_failed`` (a renewal that got
+  no reply, then retried), ``force_released``);
 - ``redis_locks_holds`` (gauge): holds this process took and has not given back (released,
   found lost, or found expired); in prometheus_client's multiprocess mode, the sum over live
   processes.
@@ -79,7 +79,7 @@ class _Exporter:
         self.events = Counter(
             f"{prefix}_events",
             "What happened to holds: acquired, handed_over, released, contended, timed_out, "
-            "lost, renew_failed, force_released.",
+            "cancelled, failed, lost, expired, renew_failed, force_released.",
             (*labels, "event"),
             registry=registry,
         )

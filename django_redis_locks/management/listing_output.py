@@ -92,9 +92,9 @@ def semaphore_rows(semaphore: SemaphoreInfo) -> list[list[str]]:
     return [_cells(holder, slots) for holder in semaphore.holders]
 
 
-def table(rows: Sequence[Sequence[str]]) -> str:
-    lines = [list(COLUMNS), *rows]
-    widths = [max(len(row[i]) for row in lines) for i in range(len(COLUMNS))]
+def table(rows: Sequence[Sequence[str]], columns: Sequence[str] = COLUMNS) -> str:
+    lines = [list(columns), *rows]
+    widths = [max(len(row[i]) for row in lines) for i in range(len(columns))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in lines

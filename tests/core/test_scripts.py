@@ -157,7 +157,8 @@ def test_each_script_is_read_from_the_package_once(monkeypatch: pytest.MonkeyPat
     # release, never reads a file: see test_interruptions.py).
     libraries = sorted(("lib", p.name) for p in _package_dir("lib").iterdir())
     scripts = sorted((p.name,) for p in _package_dir().iterdir() if p.name.endswith(".lua"))
-    assert sorted(reads) == libraries + scripts
+    expected: list[tuple[str, ...]] = [*libraries, *scripts]
+    assert sorted(reads) == sorted(expected)
     reads.clear()
     assert load("lock_release") is load("lock_release") and not reads
     assert "\n-- @include" not in first.source and "local function lock_grant" in first.source

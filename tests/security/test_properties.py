@@ -39,7 +39,7 @@ from django_redis_locks.core.protocol.holder import (
 )
 from django_redis_locks.core.protocol.keys import BUCKETS, KeySpace
 from django_redis_locks.core.protocol.wake_messages import split_message
-from django_redis_locks.core.registry import MAX_PAGE_SIZE, _check_count, _decode_cursor
+from django_redis_locks.core.registry import MAX_PAGE_SIZE, _decode_cursor
 from django_redis_locks.core.semaphore import MAX_LIMIT
 from django_redis_locks.core.validation import (
     MAX_NAME_BYTES,
@@ -47,6 +47,7 @@ from django_redis_locks.core.validation import (
     MAX_TTL_SECONDS,
     MAX_WAIT_SECONDS,
     MIN_TTL_SECONDS,
+    check_count,
     check_name,
     check_namespace,
     check_ttl,
@@ -290,7 +291,7 @@ def test_any_semaphore_limit_is_refused_cleanly_or_bounded(limit: object) -> Non
 @example(MAX_PAGE_SIZE)
 @example(MAX_PAGE_SIZE + 1)
 def test_any_page_size_is_refused_cleanly_or_bounded(count: object) -> None:
-    accepted = outcome(lambda: _check_count(count), "count")
+    accepted = outcome(lambda: check_count(count, MAX_PAGE_SIZE), "count")
     if accepted is not None:
         assert type(count) is int and 1 <= count <= MAX_PAGE_SIZE == 1000
 

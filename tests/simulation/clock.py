@@ -19,6 +19,7 @@ TIMED_MODULES = (
     "django_redis_locks.core.lock",
     "django_redis_locks.core.semaphore",
     "django_redis_locks.core.holding",
+    "django_redis_locks.core.hold_events",
     "django_redis_locks.core.runtime.renewal",
 )
 

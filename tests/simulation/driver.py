@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from django_redis_locks.core.errors import LockBackendError, LockError
+from django_redis_locks.core.protocol.constants import HOT_LONG_MS
 from django_redis_locks.core.runtime.driver import (
     Command,
     Detach,
@@ -39,7 +40,9 @@ from .world import Snapshot, decode
 SCRIPT_FAULTS = ("crash", "cancel", "interrupt", "drop_request", "drop_reply", "resend",
                  "late_resend", "cancel_after")  # fmt: skip
 WAIT_FAULTS = ("crash", "cancel", "interrupt")
-END_MS = 3_600_000  # after the last step: longer than any hold, lease and RETENTION_MS
+#: After the last step: longer than any hold, lease, RETENTION_MS and the contention
+#: figures' life (twice HOT_LONG_MS after their last write).
+END_MS = 2 * HOT_LONG_MS + 60_000
 
 
 @dataclass

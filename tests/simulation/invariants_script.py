@@ -220,6 +220,35 @@ def forced_told(run: ScriptRun) -> Found:
     return []
 
 
+def contention_counted(run: ScriptRun) -> Found:
+    """The contention figures (lib/hot) change only where the name is contended, and there
+    always: a try refused, a waiter leaving the queue, a grant ending a wait (a confirmed
+    hand-over, a queued waiter's own grant) are counted; a grant to a caller that neither
+    waited nor was queued, an extend, a refresh, a refusal that writes nothing (a limit
+    mismatch, too late, evicted) and a release with nobody queued leave them as they were."""
+    changed = run.before.hot != run.after.hot
+    values = ints(run.reply) if not isinstance(run.reply, int) else [int(run.reply)]
+    token, lock = run.arg(0), run.name.startswith("lock")
+    queued = token in run.before.queue
+    allowed = must = False
+    if run.name.endswith("_acquire") and values:
+        waited = int(run.arg(9 if lock else 8)) > 0
+        if values[0] == 0:
+            allowed = True
+            must = run.arg(3 if lock else 4) == "try"
+        elif values[0] == 1:
+            allowed = waited or queued
+            must = queued or (values[4] == 0 and waited)
+    elif run.name.endswith("_release") and values:
+        allowed = values[0] == 2 or bool(run.before.queue)
+        must = values[0] == 2
+    if changed and not allowed:
+        return [("contention_counted", f"{run.name} -> {run.reply!r} wrote contention figures")]
+    if must and not changed:
+        return [("contention_counted", f"{run.name} -> {run.reply!r} was not counted")]
+    return []
+
+
 CHECKS = (
     *REPLY_CHECKS,
     released_token_gone,
@@ -231,6 +260,7 @@ CHECKS = (
     dead_places_dropped,
     recent_releases_kept,
     forced_told,
+    contention_counted,
 )
 
 

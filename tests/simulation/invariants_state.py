@@ -6,7 +6,13 @@ Each check is a function named after the promise; it returns the violations it f
 
 from __future__ import annotations
 
-from django_redis_locks.core.protocol.constants import REGISTRY_AHEAD_MS
+from django_redis_locks.core.protocol.constants import (
+    HOT_LONG_MS,
+    HOT_NAMES,
+    HOT_SHORT_MS,
+    REGISTRY_AHEAD_MS,
+)
+from django_redis_locks.core.protocol.keys import KeySpace
 
 from .world import Snapshot
 
@@ -248,6 +254,35 @@ def registry_entry_bounded(snap: Snapshot) -> Found:
     return found
 
 
+def contention_bounded(snap: Snapshot) -> Found:
+    """A bucket's contention figures (lib/hot) keep at most HOT_NAMES names, each a lock or
+    semaphore of that bucket with its 38 whole, non-negative figures and windows no later
+    than now, and expire at most twice HOT_LONG_MS from now."""
+    found: Found = []
+    for key, state in snap.keys.items():
+        if snap.part(key) != "hot":
+            continue
+        pairs = dict(zip(state.fields[::2], state.fields[1::2], strict=True))
+        if len(pairs) > HOT_NAMES:
+            found.append(("contention_bounded", f"{key} keeps {len(pairs)} names"))
+        if state.expiry_ms is not None and state.expiry_ms > snap.now_ms + 2 * HOT_LONG_MS:
+            found.append(("contention_bounded", f"{key} expires too late"))
+        bucket = int(key.split("{", 1)[1].split("}", 1)[0])
+        for member, value in pairs.items():
+            kind, _, name = member.partition(":")
+            numbers = value.split()
+            if kind not in ("lock", "sem") or KeySpace.bucket(name) != bucket:
+                found.append(("contention_bounded", f"{key} counts {member!r}"))
+            elif len(numbers) != 38 or not all(n.isdigit() for n in numbers):
+                found.append(("contention_bounded", f"{key} {member}: {value!r}"))
+            elif any(
+                int(numbers[at]) > snap.now_ms // length
+                for at, length in ((0, HOT_SHORT_MS), (19, HOT_LONG_MS))
+            ):
+                found.append(("contention_bounded", f"{key} {member}: a window ahead of now"))
+    return found
+
+
 def state_invariants(snap: Snapshot) -> Found:
     """Every per-step check of this module."""
     return (
@@ -260,4 +295,5 @@ def state_invariants(snap: Snapshot) -> Found:
         + registry_entry_bounded(snap)
         + semaphore_records_consistent(snap)
         + registry_consistent(snap)
+        + contention_bounded(snap)
     )

@@ -76,7 +76,7 @@ redis.pcall = function(cmd, ...) return sim_do(sim_real.pcall, cmd, ...) end
 #: Run by the simulator before each step (not through the prelude): set the clock, delete the
 #: keys whose virtual expiry passed, and return every key of the namespace with its expiry and
 #: what the invariants read of it (for the lock waiters' and semaphore info hashes, their
-#: field names too).
+#: field names too; for the contention figures, every member and its figures).
 TICK = r"""
 redis.call('SET', 'sim:clock', ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', 'sim:exp', '-inf', ARGV[1])
@@ -88,7 +88,9 @@ for _, key in ipairs(redis.call('KEYS', ARGV[2])) do
     local exp = redis.call('ZSCORE', 'sim:exp', key) or ''
     local pttl = redis.call('PTTL', key)
     local data, names = {}, {}
-    if kind == 'hash' then
+    if kind == 'hash' and string.sub(key, -4) == ':hot' then
+        data = redis.call('HGETALL', key)  -- contention figures: member, figures, ...
+    elseif kind == 'hash' then
         data = redis.call('HMGET', key, 'token', 'expires', 'fence', 'limit', 'reserved', 'q',
             'l')
         for i = 1, 7 do data[i] = data[i] or '' end

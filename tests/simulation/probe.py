@@ -16,7 +16,8 @@ PROBED = frozenset(
 
 #: Run before and after a probed script (not through the prelude: it only reads). KEYS: the
 #: primitive's hash (lock) or holders (sem), its queue, waiters (lock) or leases (sem), leases
-#: (lock) or info (sem), the registry's names and expiry. ARGV[1]: "lock" or "sem".
+#: (lock) or info (sem), the registry's names and expiry, the bucket's contention figures.
+#: ARGV[1]: "lock" or "sem"; ARGV[2]: the registry member ("lock:<name>" / "sem:<name>").
 PROBE = r"""
 local out = {}
 if ARGV[1] == 'lock' then
@@ -45,6 +46,7 @@ else
     end
 end
 out[6] = redis.call('ZRANGE', KEYS[6], 0, -1, 'WITHSCORES')
+out[9] = redis.call('HGET', KEYS[7], ARGV[2]) or ''
 return out
 """
 
@@ -57,7 +59,8 @@ def probe_args(sha: str, call: Any) -> tuple[Any, ...] | None:
     kind, name = rest.split(":", 1)
     parts = ("lockq", "lockw", "lockl") if kind == "lock" else ("semq", "semw", "semi")
     keys = [f"{prefix}}}:{part}:{name}" for part in (kind, *parts)]
-    return (sha, 6, *keys, f"{prefix}}}:reg:names", f"{prefix}}}:reg:expiry", kind)
+    registry = (f"{prefix}}}:reg:names", f"{prefix}}}:reg:expiry", f"{prefix}}}:hot")
+    return (sha, 7, *keys, *registry, kind, f"{kind}:{name}")
 
 
 def _scores(values: list[Any]) -> dict[str, float]:
@@ -80,6 +83,7 @@ class Seen:
     registry: dict[str, float] = field(default_factory=dict)  # the bucket's expiry list
     acquired: dict[str, str] = field(default_factory=dict)  # semaphore holder -> grant ms
     tickets: dict[str, str] = field(default_factory=dict)  # semaphore holder -> ticket
+    hot: str = ""  # the name's contention figures (lib/hot; "": none)
 
     @classmethod
     def decode(cls, kind: str, reply: list[Any]) -> Seen:
@@ -91,7 +95,8 @@ class Seen:
         numbered = [_text(v) for v in reply[7]]
         tickets = dict(zip(numbered[::2], numbered[1::2], strict=True))
         holders, registry = _scores(reply[4]), _scores(reply[5])
-        return cls(kind, fields, queue, leases, records, holders, registry, acquired, tickets)
+        hot = _text(reply[8]) if len(reply) > 8 else ""
+        return cls(kind, fields, queue, leases, records, holders, registry, acquired, tickets, hot)
 
     def grant_of(self, token: str) -> str:
         """The fence (lock) or ticket (semaphore) of ``token``'s grant ("": it holds none)."""

@@ -18,7 +18,9 @@ class KeyState:
     kind: str
     expiry_ms: int | None
     real_pttl: int
-    fields: tuple[str, ...]  # hash: token, expires, fence, limit, reserved, q, l ("" if absent)
+    #: hash: token, expires, fence, limit, reserved, q, l ("" if absent); the contention
+    #: figures (<ns>:{b}:hot): member, figures, member, figures...
+    fields: tuple[str, ...]
     scores: dict[str, float] = field(default_factory=dict)  # zset: member -> score
     names: frozenset[str] = frozenset()  # lockw / semi hash: its field names
 

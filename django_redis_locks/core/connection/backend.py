@@ -17,7 +17,11 @@ import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
-from django_redis_locks.core.errors import InvalidArgumentType, LockConfigurationError
+from django_redis_locks.core.errors import (
+    InvalidArgument,
+    InvalidArgumentType,
+    LockConfigurationError,
+)
 from django_redis_locks.core.protocol.keys import KeySpace
 from django_redis_locks.core.protocol.scripting import Call, run, run_many, run_many_async
 from django_redis_locks.core.runtime.deadlines import ServerClock, request_window
@@ -350,6 +354,16 @@ def set_default_resolver(resolver: Resolver | None) -> None:
     """Install the function that turns ``using=<alias>`` into a Backend (the Django layer's)."""
     global _resolver
     _resolver = resolver
+
+
+def backend_of(using: str | None, client: Any) -> Backend:
+    """The Backend of an introspection call: its ``client=`` (a Backend, or a redis client)
+    or its ``using=`` alias (None: the configured default), never both."""
+    if using is not None and client is not None:
+        raise InvalidArgument("using", "give either using= or client=, not both")
+    if client is None:
+        return resolve_backend(using)
+    return client if isinstance(client, Backend) else backend_for_client(client)
 
 
 def resolve_backend(using: str | None) -> Backend:

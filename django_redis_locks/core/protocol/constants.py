@@ -8,6 +8,9 @@ from __future__ import annotations
 
 __all__ = [
     "HANDOVER_WINDOW_MS",
+    "HOT_LONG_MS",
+    "HOT_NAMES",
+    "HOT_SHORT_MS",
     "RECENT_RELEASES",
     "REGISTRY_AHEAD_MS",
     "RETENTION_MS",
@@ -46,6 +49,15 @@ RECENT_RELEASES = 3
 #: registry within 8 minutes (its hash: within 6).
 REGISTRY_AHEAD_MS = 2 * 60 * 1000
 
+#: The two windows over which the scripts count contention per name (ms; lib/hot.lua): the
+#: hot-locks listings show the last 5 and the last 60 minutes.
+HOT_SHORT_MS = 5 * 60 * 1000
+HOT_LONG_MS = 60 * 60 * 1000
+#: Most names whose contention one bucket keeps (of 256 buckets): a new contended name
+#: replaces the bucket's least contended one when it is full, so the figures take at most a
+#: few hundred kilobytes in all (and expire two hours after the bucket's last contention).
+HOT_NAMES = 32
+
 #: What ``@NAME@`` stands for in the scripts.
 SCRIPT_CONSTANTS: dict[str, int] = {
     "RETENTION_MS": RETENTION_MS,
@@ -53,4 +65,7 @@ SCRIPT_CONSTANTS: dict[str, int] = {
     "HANDOVER_WINDOW_MS": HANDOVER_WINDOW_MS,
     "RECENT_RELEASES": RECENT_RELEASES,
     "REGISTRY_AHEAD_MS": REGISTRY_AHEAD_MS,
+    "HOT_SHORT_MS": HOT_SHORT_MS,
+    "HOT_LONG_MS": HOT_LONG_MS,
+    "HOT_NAMES": HOT_NAMES,
 }

@@ -20,6 +20,10 @@ A name is hashed into one of ``BUCKETS`` buckets and the bucket number is the ke
     <ns>:{<bucket>}:reg:expiry      ZSET   registry: member -> until when it is kept (ms),
                                            kept lazily (lib/registry): it may name a free
                                            lock or semaphore, which listings skip
+    <ns>:{<bucket>}:hot             HASH   contention figures: member -> refused, queued,
+                                           left, waits and holds over the last 5 and 60
+                                           minutes (lib/hot; read by hot_figures.py),
+                                           written only where a name is contended
 
 Because the tag is the bucket and not the name, user input can neither choose a slot nor end
 the tag early, and the per-bucket registry sits in the same slot as the keys it indexes, so
@@ -51,10 +55,11 @@ SEMAPHORE_KIND = "sem"
 
 @dataclass(frozen=True, slots=True)
 class RegistryKeys:
-    """The two registry keys of one bucket."""
+    """The keys one bucket's names share: the registry's two, and the contention figures."""
 
     names: str  # members in name order, for listings
     expiry: str  # member -> expiry, for pruning
+    hot: str  # member -> contention figures (lib/hot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +79,7 @@ class LockKeys:
         return self.lock
 
     @property
-    def all(self) -> tuple[str, str, str, str, str, str]:
+    def all(self) -> tuple[str, str, str, str, str, str, str]:
         """The keys of the acquire and release scripts, in script order."""
         return (
             self.lock,
@@ -83,6 +88,7 @@ class LockKeys:
             self.leases,
             self.registry.names,
             self.registry.expiry,
+            self.registry.hot,
         )
 
 
@@ -135,7 +141,9 @@ class KeySpace:
     def registry(self, bucket: int) -> RegistryKeys:
         """The registry keys of one bucket."""
         prefix = self.prefix(bucket)
-        return RegistryKeys(names=f"{prefix}reg:names", expiry=f"{prefix}reg:expiry")
+        return RegistryKeys(
+            names=f"{prefix}reg:names", expiry=f"{prefix}reg:expiry", hot=f"{prefix}hot"
+        )
 
     def lock(self, name: str) -> LockKeys:
         """Keys of the lock called ``name`` (already validated)."""

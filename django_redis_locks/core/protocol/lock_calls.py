@@ -48,6 +48,7 @@ def acquire_call(
     slice_ms: int = 0,
     channel: str = "-",
     deadline_ms: int = 0,
+    waited_ms: int = 0,
 ) -> Call:
     """Take the lock; with ``queue`` a caller that does not get it takes a place in the queue,
     held for ``lease_ms``; a release then hands it the lock for a moment, which its next
@@ -55,7 +56,9 @@ def acquire_call(
     ``session`` (no spaces) names the asking thread or task for slices of ``slice_ms``;
     ``channel`` is the asking process's wake-up channel. ``deadline_ms`` (server time) is
     when the request stops being valid: a copy that reaches Redis later writes nothing (see
-    :mod:`..runtime.deadlines`); 0 for none (the library always sends one)."""
+    :mod:`..runtime.deadlines`); 0 for none (the library always sends one). ``waited_ms``:
+    how long the caller has waited so far (0 on its first try), which the name's contention
+    figures count when this attempt ends the wait."""
     return Call(
         load("lock_acquire"),
         keys.all,
@@ -69,6 +72,7 @@ def acquire_call(
             slice_ms,
             channel,
             deadline_ms,
+            waited_ms,
         ),
     )
 

@@ -48,7 +48,7 @@ class SemaphoreState:
 
 
 def _all(keys: SemaphoreKeys) -> tuple[str, ...]:
-    return (*keys.state, keys.registry.names, keys.registry.expiry)
+    return (*keys.state, keys.registry.names, keys.registry.expiry, keys.registry.hot)
 
 
 def acquire_call(
@@ -62,12 +62,14 @@ def acquire_call(
     lease_ms: int,
     channel: str = "-",
     deadline_ms: int = 0,
+    waited_ms: int = 0,
 ) -> Call:
     """Take a slot; with ``queue`` a caller that is not admitted takes a place in the queue,
     and ``channel`` (the asking process's wake-up channel) is where it will be told.
     ``deadline_ms`` (server time) is when the request stops being valid: a copy that reaches
     Redis later writes nothing (see :mod:`..runtime.deadlines`); 0 for none (the library
-    always sends one)."""
+    always sends one). ``waited_ms``: how long the caller has waited so far (0 on its first
+    try), which the name's contention figures count when this attempt ends the wait."""
     return Call(
         load("sem_acquire"),
         _all(keys),
@@ -80,6 +82,7 @@ def acquire_call(
             lease_ms,
             channel,
             deadline_ms,
+            waited_ms,
         ),
     )
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from django_redis_locks.core.connection.backend import Backend
 from django_redis_locks.core.errors import LockBackendError, LockError
@@ -113,6 +113,8 @@ class Request(Generic[K]):
     copies_until: float = 0.0
     #: When the call began (``time.monotonic()``): what ``waited`` counts from.
     asked_at: float = field(default_factory=time.monotonic)
+    #: An attempt was answered (refused): the next one asks after a wait.
+    refused: bool = False
     _clock: ServerClock | None = None
 
     @property
@@ -144,6 +146,13 @@ class Request(Generic[K]):
         self.deadline_ms = self.clock.deadline_ms(time.monotonic(), self.backend.request_window)
         self.resent = False
         return self.deadline_ms
+
+    def waited_ms(self) -> int:
+        """How long the call has waited so far (ms; 0 before its first refusal): the scripts
+        count it in the name's contention figures when the attempt ends the wait."""
+        if not self.refused:
+            return 0
+        return max(round((time.monotonic() - self.asked_at) * 1000), 1)
 
     def ask(self, effect: Eval | EvalWait) -> Operation[Any]:
         """Send the attempt (the script :meth:`deadline` was asked for); its result."""
@@ -200,6 +209,8 @@ class Acquirer(Protocol[K]):
         self, request: Request[K], retry_after: float | None, blocking: bool
     ) -> None: ...
 
+    def _abandoned(self, request: Request[K], event: Literal["cancelled", "failed"]) -> None: ...
+
 
 def acquire_steps(
     primitive: Acquirer[K], request: Request[K], blocking: bool, wait: float | None
@@ -233,6 +244,7 @@ def acquire_steps(
                 primitive._grant(request, result, started)
                 return Outcome(True)
             queued = queued or result.position > 0
+            request.refused = True
             holder_left = result.holder_ttl_ms / 1000 if result.holder_ttl_ms >= 0 else None
             remaining = None if deadline is None else deadline - time.monotonic()
             if not blocking or (remaining is not None and remaining <= 0):
@@ -248,7 +260,7 @@ def acquire_steps(
     except LockBackendError:
         # If the script may have run, undo it as soon as Redis answers again, and until no
         # copy of it can land any more; else watch for copies of earlier attempts, if any.
-        _watch(primitive, request, "an acquire whose reply never came", now=attempting)
+        _abandon(primitive, request, "failed", "an acquire whose reply never came", attempting)
         raise
     except GeneratorExit:
         raise
@@ -265,7 +277,7 @@ def acquire_steps(
                 f"an interrupted acquire of {primitive.kind} {primitive.name!r}",
             )
         # The attempt it interrupted may still land (it went out on another connection).
-        _watch(primitive, request, "copies of an interrupted acquire", now=False)
+        _abandon(primitive, request, "cancelled", "copies of an interrupted acquire", False)
         raise
     finally:
         if waiter is not None:
@@ -364,6 +376,18 @@ def _leave_queue(primitive: Acquirer[K], request: Request[K]) -> Operation[None]
             "acquire: %s %r: leaving the queue failed: %s", primitive.kind, primitive.name, error
         )
         _watch(primitive, request, "a place in a queue", now=True)
+
+
+def _abandon(
+    primitive: Acquirer[K],
+    request: Request[K],
+    event: Literal["cancelled", "failed"],
+    what: str,
+    now: bool,
+) -> None:
+    """The call ends without a hold: watch for ``what`` (see _watch), and say so (an event)."""
+    _watch(primitive, request, what, now=now)
+    primitive._abandoned(request, event)
 
 
 def _watch(primitive: Acquirer[K], request: Request[K], what: str, *, now: bool) -> None:

@@ -72,6 +72,7 @@ class Hold:
     renewed: bool = False  # handed to the renewer
     lane: Any = None  # the renewer's lane that renews it now (None: none)
     release_sent: bool = False  # a release was sent: its reply may have been lost
+    release_told: bool = False  # the released event was sent (for a release without reply)
     extends: int = 0  # extend() calls so far: their sequence number, so a resend counts once
     #: Until when (monotonic) a late copy of its acquire may still land (its acquire went out
     #: more than once; see .deadlines): when the hold ends, the token is watched until then.

@@ -5,6 +5,7 @@
     manage.py redis_locks list [--prefix P] [--kind lock|semaphore|all] [--json]
     manage.py redis_locks show NAME [--kind lock|semaphore|all] [--json]
     manage.py redis_locks release NAME [--holder ID] [--kind lock|semaphore] [--yes] [--json]
+    manage.py redis_locks hot [--window 5m|60m] [--count N] [--kind lock|semaphore|all] [--json]
 
 Each takes ``--using ALIAS`` (default: the configured ``CACHE_ALIAS``). Built on
 :mod:`django_redis_locks.inspection`; holds are named by their holder ids, never by tokens.
@@ -32,9 +33,11 @@ from django_redis_locks.inspection import (
     force_release,
     get_lock,
     get_semaphore,
+    hot_names,
     list_locks,
     list_semaphores,
 )
+from django_redis_locks.management.hot_output import hot_json, hot_table
 from django_redis_locks.management.listing_output import (
     holder_block,
     holder_json,
@@ -49,6 +52,7 @@ from django_redis_locks.management.release_target import Kind, release_target
 T = TypeVar("T")
 KINDS: tuple[Kind, ...] = ("lock", "semaphore")
 PAGE_SIZE = 500
+WINDOWS = {"5m": 300, "60m": 3600}
 
 
 class Command(BaseCommand):
@@ -58,7 +62,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         assert isinstance(parser, CommandParser)
         actions = parser.add_subparsers(
-            dest="action", required=True, metavar="{list,show,release}", parser_class=CommandParser
+            dest="action",
+            required=True,
+            metavar="{list,show,release,hot}",
+            parser_class=CommandParser,
         )
 
         listing = actions.add_parser("list", help="List what is held now, sorted by name.")
@@ -88,6 +95,14 @@ class Command(BaseCommand):
         release.add_argument("--yes", action="store_true", help="Do not ask for confirmation.")
         self._common(release)
 
+        hot = actions.add_parser(
+            "hot", help="The most contended names: refused tries, waits and holds waited for."
+        )
+        hot.add_argument("--window", choices=tuple(WINDOWS), default="5m", help="(default: 5m)")
+        hot.add_argument("--count", type=int, default=20, help="How many names (default: 20).")
+        hot.add_argument("--kind", choices=(*KINDS, "all"), default="all")
+        self._common(hot)
+
     @staticmethod
     def _common(parser: ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print JSON instead of text.")
@@ -102,6 +117,8 @@ class Command(BaseCommand):
                 self.list(options)
             elif action == "show":
                 self.show(options)
+            elif action == "hot":
+                self.hot(options)
             else:
                 self.release(options)
         except LockError as exc:  # bad names, unknown alias, Redis unreachable
@@ -171,6 +188,21 @@ class Command(BaseCommand):
             holders = "\n\n".join(holder_block(holder) for holder in semaphore.holders)
             blocks.append(f"{head}\n{holders}" if holders else head)
         self.stdout.write("\n\n".join(blocks))
+
+    # -- hot ----------------------------------------------------------------------------
+    def hot(self, options: dict[str, Any]) -> None:
+        kind = None if options["kind"] == "all" else options["kind"]
+        window = options["window"]
+        found = hot_names(
+            WINDOWS[window], count=options["count"], kind=kind, using=options["using"]
+        )
+        if options["json"]:
+            self._print_json({"window": WINDOWS[window], "hot": [hot_json(h) for h in found]})
+        elif found:
+            self.stdout.write(f"The most contended over the last {window}:")
+            self.stdout.write(hot_table(found))
+        else:
+            self.stdout.write(f"Nothing was contended over the last {window}.")
 
     # -- release ------------------------------------------------------------------------
     def release(self, options: dict[str, Any]) -> None:

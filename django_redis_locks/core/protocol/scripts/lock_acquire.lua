@@ -8,6 +8,7 @@
 -- KEYS[4]  <ns>:{b}:lockl:<name>   leases: token -> expiry (ms) of a waiter's place
 -- KEYS[5]  <ns>:{b}:reg:names      registry: members in name order
 -- KEYS[6]  <ns>:{b}:reg:expiry     registry: member -> until when it is kept (ms)
+-- KEYS[7]  <ns>:{b}:hot            contention figures of the bucket's names (lib/hot)
 -- ARGV[1]  token (random, >= 128 bits)
 -- ARGV[2]  ttl in milliseconds (> 0)
 -- ARGV[3]  holder metadata (JSON text, stored as is)
@@ -19,6 +20,8 @@
 -- ARGV[8]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
 -- ARGV[9]  deadline: server time (ms) after which this request writes nothing (a copy that
 --          reaches Redis late, see deadlines.py); 0: none
+-- ARGV[10] how long the caller has waited so far (ms; 0 on its first try): counted in the
+--          contention figures when this ask ends a wait with a grant
 --
 -- The registry member ("lock:<name>") comes from KEYS[1]; it is written only when the hash's l
 -- says the entry would not outlive the hash (lib/registry). When the lock is free but an
@@ -48,6 +51,7 @@
 -- first of them), and nobody takes a free lock while an earlier waiter is due, except the
 -- session whose slice is running (see lib/lock).
 -- @include estimate
+-- @include hot
 -- @include registry
 -- @include lock
 -- @include gone
@@ -84,7 +88,10 @@ if held[1] and holder_ttl > 0 then
             redis.call('PEXPIRE', KEYS[1], ttl + LOCK_RETENTION_MS)
             holder_ttl = ttl
         end
-        lock_dequeue(KEYS[2], KEYS[3], KEYS[4], token)  -- a confirmed hand-over leaves the queue
+        -- A confirmed hand-over leaves the queue (a resend of the confirmation finds it gone).
+        if lock_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
+            hot_note(KEYS[7], member, now_ms, 'waited', tonumber(ARGV[10]))
+        end
         return {1, held[3], holder_ttl, now_ms, 1}
     end
 else
@@ -99,8 +106,12 @@ else
                 waiting)
         end
         if not head or head == token then
+            local waited = tonumber(ARGV[10]) > 0
             if head or reserved > 0 then  -- (the session's token may be queued: it leaves)
-                lock_dequeue(KEYS[2], KEYS[3], KEYS[4], token)
+                waited = lock_dequeue(KEYS[2], KEYS[3], KEYS[4], token) or waited
+            end
+            if waited then
+                hot_note(KEYS[7], member, now_ms, 'waited', tonumber(ARGV[10]))
             end
             local slice_end = now_ms + tonumber(ARGV[7])
             if reserved > 0 then
@@ -120,9 +131,15 @@ else
 end
 local position = 0
 if ARGV[4] == 'queue' then
-    position = lock_enqueue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], token, now_ms, now_us,
+    local new
+    position, new = lock_enqueue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], token, now_ms, now_us,
         tonumber(ARGV[5]),
         ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ARGV[8] .. ' ' .. ARGV[3], waiting)
+    if new then
+        hot_note(KEYS[7], member, now_ms, 'queued')
+    end
+else
+    hot_note(KEYS[7], member, now_ms, 'refused')
 end
 -- How long until the name is likely free (lib/estimate), at most the holder's TTL; no live
 -- holder (a slice's reservation, or a hand-over to an earlier waiter): that TTL.

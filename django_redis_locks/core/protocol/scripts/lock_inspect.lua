@@ -1,9 +1,9 @@
 -- lock_inspect: describe locks, their holders and waiters, for listings, without revealing
 -- tokens. Writes nothing.
 --
--- KEYS[4i-3 .. 4i]  per lock: its hash, queue, waiters and leases keys (see lib/lock), all
---                   locks in one slot
--- ARGV[1]           most waiters described per lock
+-- KEYS[1] .. KEYS[4n]  four keys per lock: its hash, queue, waiters and leases keys (see
+--                      lib/lock), all locks in one slot
+-- ARGV[1]              most waiters described per lock
 --
 -- Reply:
 --   {now_ms, entry_1, ..., entry_n}, each entry
@@ -20,44 +20,18 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local most = tonumber(ARGV[1] or '0')
 local reply = {now_ms}
 
--- How many of the lock's queued waiters are live (their place leased), and the first ``most``
--- of them, looked for among the first few places of the queue (dead ones are dropped lazily).
-local function waiters(queue_key, waiters_key, leases_key, holder)
-    local count = redis.call('ZCOUNT', leases_key, '(' .. now_ms, '+inf')
-    local own = tonumber(redis.call('ZSCORE', leases_key, holder) or '0')
-    if own > now_ms then  -- handed the lock, not yet confirmed: it holds
-        count = count - 1
-    end
-    local listed = {count}
-    local queue = redis.call('ZRANGE', queue_key, 0, most * 2 + 16, 'WITHSCORES')
-    for j = 1, #queue, 2 do
-        local token = queue[j]
-        local lease = tonumber(redis.call('ZSCORE', leases_key, token) or '0')
-        local record = redis.call('HGET', waiters_key, token)
-        if #listed > most then
-            break
-        end
-        if token ~= holder and lease > now_ms and record then
-            local _, _, _, _, meta = lock_waiter(record)
-            listed[#listed + 1] = {string.sub(redis.sha1hex(token), 1, 16),
-                string.format('%.0f', math.floor(tonumber(queue[j + 1]) / 1000)),
-                string.format('%.0f', lease), meta or '{}'}
-        end
-    end
-    return listed
-end
-
 for i = 1, #KEYS, 4 do
-    local key = KEYS[i]
-    local v = redis.call('HMGET', key, 'token', 'fence', 'acquired', 'expires', 'mn', 'meta', 'q')
+    local v = redis.call('HMGET', KEYS[i], 'token', 'fence', 'acquired', 'expires', 'mn', 'meta',
+        'q')
     local ttl = v[1] and tonumber(v[4]) - now_ms or 0
     local entry = {}
     if ttl > 0 then
         entry = {string.sub(redis.sha1hex(v[1]), 1, 16), v[2], v[3], v[4], ttl,
-            lock_metadata(key, v[5], v[6])}
+            lock_metadata(KEYS[i], v[5], v[6])}
         local queued = {0}
         if v[7] then  -- q unset: nobody waits, and the queue is not looked at
-            queued = waiters(KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], v[1])
+            queued = lock_waiters_listed(KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], v[1], now_ms,
+                most)
         end
         for _, part in ipairs(queued) do
             entry[#entry + 1] = part

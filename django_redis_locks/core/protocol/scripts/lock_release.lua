@@ -8,6 +8,7 @@
 -- KEYS[4]  <ns>:{b}:lockl:<name>   leases: token -> expiry (ms) of a waiter's place
 -- KEYS[5]  <ns>:{b}:reg:names      registry: members in name order
 -- KEYS[6]  <ns>:{b}:reg:expiry     registry: member -> until when it is kept (ms)
+-- KEYS[7]  <ns>:{b}:hot            contention figures of the bucket's names (lib/hot)
 -- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases, or a waiter gives up) or "holder" (forced release)
@@ -31,6 +32,7 @@
 --   -1  held with another token (or another holder id); nothing written
 --   -2  the token's hold was force-released; nothing written (or, with a fence, the
 --       token's later grant was released)
+-- @include hot
 -- @include registry
 -- @include lock
 -- @include gone
@@ -54,6 +56,7 @@ else
 end
 if not match then
     if not forced and lock_dequeue(KEYS[2], KEYS[3], KEYS[4], ARGV[1]) then
+        hot_note(KEYS[7], member, now_ms, 'left')
         return 2
     end
     local kind, request = gone_in(held[8], hid)
@@ -104,6 +107,9 @@ local head, record, waiting = lock_queue_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4]
     held[9])
 if head and lock_dequeue(KEYS[2], KEYS[3], KEYS[4], holder) and head == holder then
     head, record, waiting = lock_queue_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
+end
+if head then  -- a hold released while a waiter is due
+    hot_note(KEYS[7], member, now_ms, 'held', now_ms - tonumber(held[6] or now_ms))
 end
 local slice_left = tonumber(held[4] or '0') - now_ms
 if head and slice_left > 0 and not forced then

@@ -8,6 +8,7 @@
 -- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token>, w:<token>, gone, avg, l, q
 -- KEYS[5]  <ns>:{b}:reg:names     registry: members in name order
 -- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> until when it is kept (ms)
+-- KEYS[7]  <ns>:{b}:hot           contention figures of the bucket's names (lib/hot)
 -- ARGV[1]  token (random, >= 128 bits)
 -- ARGV[2]  limit (>= 1)
 -- ARGV[3]  holder ttl in milliseconds (> 0)
@@ -18,6 +19,8 @@
 -- ARGV[7]  the waiting process's wake-up channel ("<ns>:wake:<process id>"; "queue" only)
 -- ARGV[8]  deadline: server time (ms) after which this request writes nothing (a copy that
 --          reaches Redis late, see deadlines.py); 0: none
+-- ARGV[9]  how long the caller has waited so far (ms; 0 on its first try): counted in the
+--          contention figures when this ask ends a wait with a slot
 --
 -- The registry member ("sem:<name>"), also the start of wake-up messages (wake_messages.py), comes
 -- from KEYS[1].
@@ -50,6 +53,7 @@
 -- however long a holder was paused. Every path that writes ends in semaphore_keep, so every
 -- key lives as long as the last holder or waiter.
 -- @include estimate
+-- @include hot
 -- @include registry
 -- @include semaphore
 -- @include gone
@@ -100,6 +104,7 @@ if mine and tonumber(mine) > now_ms then
     if waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
         wrote = true
         waiting = semaphore_waiting(KEYS[2], true)
+        hot_note(KEYS[7], member, now_ms, 'waited', tonumber(ARGV[9]))
     end
     local ticket = semaphore_record_ticket(info[6]) or '0'
     return finish({1, ticket, left, now_ms, 1})
@@ -130,12 +135,16 @@ if not queued and open and holding < limit then
     fields[#fields + 1] = string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. ARGV[4]
     redis.call('HSET', KEYS[4], unpack(fields))
     wrote = true
+    if tonumber(ARGV[9]) > 0 then
+        hot_note(KEYS[7], member, now_ms, 'waited', tonumber(ARGV[9]))
+    end
     return finish({1, ticket, ttl, now_ms, 0})
 end
 
 local position = 0
 if ARGV[5] == 'queue' then
     if not queued then
+        hot_note(KEYS[7], member, now_ms, 'queued')
         local ticket = semaphore_ticket(info[2], now_us)
         redis.call('ZADD', KEYS[2], ticket, token)
         fields[#fields + 1] = 'ticket'
@@ -154,6 +163,8 @@ if ARGV[5] == 'queue' then
     redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[6]), token)
     position = redis.call('ZRANK', KEYS[2], token) + 1
     wrote, waiting = true, true
+else
+    hot_note(KEYS[7], member, now_ms, 'refused')
 end
 local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES',
     'LIMIT', 0, 1)

@@ -13,32 +13,11 @@
 --       list of the first ARGV[1] waiters in queue order, each
 --       {holder_id, ticket, lease_ms, meta} (a waiter admitted to a slot holds it, and is
 --       left out; the ticket is about its arrival, server time in microseconds)
+-- @include semaphore
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local most = tonumber(ARGV[1] or '0')
 local reply = {now_ms}
-
--- The first ``most`` live waiters, looked for among the first few places of the queue.
-local function waiters(holders_key, queue_key, leases_key, info_key)
-    local listed = {}
-    local queue = redis.call('ZRANGE', queue_key, 0, most * 2 + 16, 'WITHSCORES')
-    for j = 1, #queue, 2 do
-        if #listed >= most then
-            break
-        end
-        local token = queue[j]
-        local lease = tonumber(redis.call('ZSCORE', leases_key, token) or '0')
-        local admitted = tonumber(redis.call('ZSCORE', holders_key, token) or '0') > now_ms
-        local record = redis.call('HGET', info_key, 'w:' .. token)
-        if lease > now_ms and not admitted and record then
-            local meta = string.match(record, '^%d+ %S+ (.*)$')
-            listed[#listed + 1] = {string.sub(redis.sha1hex(token), 1, 16),
-                string.format('%.0f', tonumber(queue[j + 1])),
-                string.format('%.0f', lease), meta or '{}'}
-        end
-    end
-    return listed
-end
 
 for i = 1, #KEYS, 4 do
     local live = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. now_ms, '+inf', 'WITHSCORES')
@@ -53,7 +32,8 @@ for i = 1, #KEYS, 4 do
         entry[#entry + 1] = {string.sub(redis.sha1hex(live[j]), 1, 16), acquired or '0',
             live[j + 1], ticket or '0', meta or '{}'}
     end
-    entry[#entry + 1] = waiting > 0 and waiters(KEYS[i], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3])
+    entry[#entry + 1] = waiting > 0
+        and semaphore_waiters_listed(KEYS[i], KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], now_ms, most)
         or {}
     reply[#reply + 1] = entry
 end

@@ -8,6 +8,7 @@
 -- KEYS[4]  <ns>:{b}:semi:<name>   info: limit, ticket, h:<token>, w:<token>, gone, avg, l, q
 -- KEYS[5]  <ns>:{b}:reg:names     registry: members in name order
 -- KEYS[6]  <ns>:{b}:reg:expiry    registry: member -> until when it is kept (ms)
+-- KEYS[7]  <ns>:{b}:hot           contention figures of the bucket's names (lib/hot)
 -- ARGV[1]  the holder's token, or with ARGV[2] = "holder" its holder id (the first 16 hex
 --          digits of the token's SHA-1, as listings show it)
 -- ARGV[2]  "token" (the holder releases or a waiter leaves) or "holder" (forced release)
@@ -29,6 +30,7 @@
 --       a ticket, the token's later admission was released)
 --   -2  the token's slot was force-released: nothing written (or, with a ticket, the
 --       token's later admission was released)
+-- @include hot
 -- @include registry
 -- @include semaphore
 -- @include gone
@@ -82,6 +84,10 @@ if expires and tonumber(expires) > now_ms then
         avg = semaphore_average(info[5], info[2], now_ms)
     end
     redis.call('ZREM', KEYS[1], token)
+    if waiting then  -- a slot released while waiters are queued
+        hot_note(KEYS[7], member, now_ms, 'held',
+            now_ms - tonumber(string.match(info[5], '^(%d+)') or now_ms))
+    end
     if waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
         waiting = semaphore_waiting(KEYS[2], true)  -- admitted, and gave up unconfirmed
     end
@@ -93,6 +99,7 @@ if expires and tonumber(expires) > now_ms then
 elseif not forced and waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
     waiting = semaphore_waiting(KEYS[2], true)
     outcome = 2
+    hot_note(KEYS[7], member, now_ms, 'left')
 else
     local kind, request = gone_in(info[1], hid)
     if kind == 'R' and not forced then

@@ -113,21 +113,23 @@ local function lock_queue_head(lock_key, queue_key, waiters_key, leases_key, now
     return nil, nil, true
 end
 
--- Take (or keep) a place in the queue, renew its lease; return the 1-based position.
+-- Take (or keep) a place in the queue, renew its lease; return the 1-based position, and
+-- whether the place is new.
 -- ``waiting`` is the lock hash's q as the script last knew it: set here if it is not.
 local function lock_enqueue(lock_key, queue_key, waiters_key, leases_key, token, now_ms, now_us,
                             lease_ms, record, waiting)
     if not waiting then
         redis.call('HSET', lock_key, 'q', '1')
     end
-    if redis.call('ZADD', queue_key, 'NX', now_us, token) == 1 then
+    local new = redis.call('ZADD', queue_key, 'NX', now_us, token) == 1
+    if new then
         redis.call('HSET', waiters_key, token, record)
     end
     redis.call('ZADD', leases_key, now_ms + lease_ms, token)
     redis.call('PEXPIRE', queue_key, lease_ms * 2)
     redis.call('PEXPIRE', waiters_key, lease_ms * 2)
     redis.call('PEXPIRE', leases_key, lease_ms * 2)
-    return redis.call('ZRANK', queue_key, token) + 1
+    return redis.call('ZRANK', queue_key, token) + 1, new
 end
 
 -- The next fence: max(last + 1, server time in microseconds), so fences keep increasing even
@@ -216,4 +218,33 @@ local function lock_hand_over(lock_key, names_key, expiry_key, member, head, rec
     lock_grant(lock_key, head, kept, meta, now_ms, lock_next_fence(hash.fence, now_us), session,
         now_ms + slice, {l = listed, mn = hash.mn})
     return kept
+end
+
+-- For listings (lock_inspect): how many of the lock's queued waiters are live (their place
+-- leased; ``holder``, a waiter handed the lock, holds it and is left out), then the first
+-- ``most`` of them, looked for among the first few places of the queue (dead ones are dropped
+-- lazily), each {holder id, queued ms, lease ms, metadata}.
+local function lock_waiters_listed(queue_key, waiters_key, leases_key, holder, now_ms, most)
+    local count = redis.call('ZCOUNT', leases_key, '(' .. now_ms, '+inf')
+    local own = tonumber(redis.call('ZSCORE', leases_key, holder) or '0')
+    if own > now_ms then  -- handed the lock, not yet confirmed: it holds
+        count = count - 1
+    end
+    local listed = {count}
+    local queue = redis.call('ZRANGE', queue_key, 0, most * 2 + 16, 'WITHSCORES')
+    for j = 1, #queue, 2 do
+        local token = queue[j]
+        local lease = tonumber(redis.call('ZSCORE', leases_key, token) or '0')
+        local record = redis.call('HGET', waiters_key, token)
+        if #listed > most then
+            break
+        end
+        if token ~= holder and lease > now_ms and record then
+            local _, _, _, _, meta = lock_waiter(record)
+            listed[#listed + 1] = {string.sub(redis.sha1hex(token), 1, 16),
+                string.format('%.0f', math.floor(tonumber(queue[j + 1]) / 1000)),
+                string.format('%.0f', lease), meta or '{}'}
+        end
+    end
+    return listed
 end

@@ -236,3 +236,27 @@ local function semaphore_admit(holders_key, queue_key, leases_key, info_key, mem
     end
     return false, wrote
 end
+
+-- For listings (sem_inspect): the first ``most`` live waiters not yet admitted, looked for
+-- among the first few places of the queue, each {holder id, ticket, lease ms, metadata}.
+local function semaphore_waiters_listed(holders_key, queue_key, leases_key, info_key, now_ms,
+                                        most)
+    local listed = {}
+    local queue = redis.call('ZRANGE', queue_key, 0, most * 2 + 16, 'WITHSCORES')
+    for j = 1, #queue, 2 do
+        if #listed >= most then
+            break
+        end
+        local token = queue[j]
+        local lease = tonumber(redis.call('ZSCORE', leases_key, token) or '0')
+        local admitted = tonumber(redis.call('ZSCORE', holders_key, token) or '0') > now_ms
+        local record = redis.call('HGET', info_key, 'w:' .. token)
+        if lease > now_ms and not admitted and record then
+            local meta = string.match(record, '^%d+ %S+ (.*)$')
+            listed[#listed + 1] = {string.sub(redis.sha1hex(token), 1, 16),
+                string.format('%.0f', tonumber(queue[j + 1])),
+                string.format('%.0f', lease), meta or '{}'}
+        end
+    end
+    return listed
+end
