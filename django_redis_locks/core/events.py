@@ -51,8 +51,10 @@ class Event:
       and ``retry_after`` (the estimated wait, see LockNotAcquired); ``holder_id`` is None.
     - ``cancelled``: an acquire call ended by a cancellation or an interruption (asyncio
       cancellation, ``asyncio.timeout``, KeyboardInterrupt) while it asked or waited;
-      ``failed``: one that ended with LockBackendError (Redis out of reach, no reply). Both
-      with ``waited``; ``holder_id`` is None (whatever it may have been granted is undone).
+      ``failed``: one that ended with an error once it asked: LockBackendError (Redis out of
+      reach, no reply), LockNotReplicated, SemaphoreLimitMismatch. Both with ``waited``;
+      ``holder_id`` is None (whatever it may have been granted is undone). A call refused
+      before it asks (LockAlreadyHeld, a bad argument) sends no event.
     - ``lost``: a holder found its hold gone; ``reason`` says why, ``held`` how long after the
       grant it was found.
     - ``expired``: a hold kept without ``auto_renew`` ran out before its owner released it,

@@ -59,9 +59,9 @@ def hot_json(hot: HotName) -> dict[str, Any]:
         "waits": hot.waits,
         "wait_seconds": hot.wait_seconds,
         "mean_wait": hot.mean_wait,
-        "longest_wait": hot.longest_wait,
+        "longest_wait": hot.longest_wait if hot.waits else None,
         "holds": hot.holds,
         "hold_seconds": hot.hold_seconds,
         "mean_hold": hot.mean_hold,
-        "longest_hold": hot.longest_hold,
+        "longest_hold": hot.longest_hold if hot.holds else None,
     }

@@ -104,3 +104,18 @@ def test_a_release_without_reply_gives_the_hold_back_once(
         assert registry.get_sample_value("redis_locks_holds", labels) == 0
     finally:
         client.close()
+
+
+def test_an_acquire_refused_for_its_limit_is_failed(
+    backend: Backend, captured: CapturedHolds
+) -> None:
+    """An error once the call asked (here SemaphoreLimitMismatch; LockNotReplicated takes the
+    same path) ends it as failed: every call that asks ends in exactly one event."""
+    from django_redis_locks.core import Semaphore, SemaphoreLimitMismatch
+
+    holder = Semaphore("pool", 2, client=backend, timeout=30)
+    assert holder.acquire()
+    with pytest.raises(SemaphoreLimitMismatch):
+        Semaphore("pool", 3, client=backend, timeout=30).acquire(blocking=False)
+    holder.release()
+    assert _of(captured, "pool") == ["acquired", "failed", "released"]

@@ -171,3 +171,53 @@ def test_hot_names_refuses_bad_arguments(make_server: MakeServer) -> None:
             hot_names(count=0, client=backend)
         with pytest.raises(InvalidArgument):
             hot_names(kind="locks", client=backend)  # type: ignore[arg-type]
+
+
+def test_a_waiter_that_gives_back_an_unconfirmed_hand_over_is_counted_as_left(
+    make_server: MakeServer,
+) -> None:
+    """A waiter whose wait runs out just as the lock is handed to it gives it back: it gave
+    up, as one still queued would (queued = left + waits)."""
+    from django_redis_locks.core.protocol import lock_calls
+
+    server = make_server()
+    with server.client(socket_timeout=5) as client:
+        backend = Backend(client, namespace="handed")
+        keys = backend.keys.lock("invoice:9")
+        holder = Lock("invoice:9", client=backend, timeout=30, slice_seconds=0)
+        assert holder.acquire()
+        ask = lock_calls.acquire_call(keys, "w" * 32, 30_000, "{}", queue=True, lease_ms=3_000)
+        assert int(backend.run_many([ask])[0][0]) == 0  # queued
+        holder.release()  # handed to the waiter, for the confirmation window
+        assert client.hget(keys.lock, "token") == b"w" * 32
+        gave_back = lock_calls.release_call(keys, "w" * 32)
+        assert int(backend.run_many([gave_back])[0]) == 1
+        (hot,) = hot_names(client=backend)
+        assert (hot.queued, hot.left, hot.waits, hot.holds) == (1, 1, 0, 1)
+
+
+def test_names_contended_by_turns_climb_past_a_full_buckets_others(
+    make_server: MakeServer,
+) -> None:
+    """A new name takes the least contended one's place and inherits its score (space-saving):
+    two names refused by turns, 20 times each, in a bucket full of names refused 3 times each,
+    end at the top instead of evicting each other for ever."""
+    server = make_server()
+    with server.client(socket_timeout=5) as client:
+        backend = Backend(client, namespace="turns")
+        bucket = KeySpace.bucket("busy")
+        names = [f"n{i}" for i in range(60_000) if KeySpace.bucket(f"n{i}") == bucket]
+        others, (first, second) = names[: HOT_NAMES - 1], names[HOT_NAMES : HOT_NAMES + 2]
+        holders = {name: Lock(name, client=backend, timeout=30) for name in names[: HOT_NAMES + 2]}
+        for holder in holders.values():
+            assert holder.acquire()
+        for name in others:
+            for _ in range(3):
+                assert not Lock(name, client=backend, timeout=30).acquire(blocking=False)
+        for _ in range(20):
+            for name in (first, second):
+                assert not Lock(name, client=backend, timeout=30).acquire(blocking=False)
+        top = hot_names(count=2, client=backend)
+        assert {hot.name for hot in top} == {first, second}
+        assert all(hot.refused >= 10 for hot in top), top  # their own refusals, not inherited
+        assert client.hlen(backend.keys.registry(bucket).hot) == HOT_NAMES

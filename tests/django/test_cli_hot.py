@@ -85,6 +85,7 @@ def test_hot_json_window_kind_and_count(contended: None) -> None:
     )
     assert first["holds"] == 1 and first["longest_hold"] >= 0.15
     assert (second["name"], second["left"], second["mean_wait"]) == ("exports", 1, None)
+    assert second["longest_wait"] is None and second["longest_hold"] is None  # none of either
     only = json.loads(cli("--json", "--kind", "semaphore"))["hot"]
     assert [hot["name"] for hot in only] == ["exports"]
     assert [hot["name"] for hot in json.loads(cli("--json", "--count", "1"))["hot"]] == [

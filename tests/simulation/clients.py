@@ -161,6 +161,7 @@ class Client:
     hold: Hold | None = None  # the hold it believes in (from its acquire's return)
     queued_since: int | None = None  # fairness: queued and asking in time since
     last_ask: int = 0
+    asked_before: int = 0  # last_ask before the ask on its way (restored if it came too late)
     bypassed: int = 0
     wait_fault: str | None = None  # a fault that ends the pending Wait at wait_deadline
     token: str | None = None  # the token of the running acquire (from its script's ARGV)

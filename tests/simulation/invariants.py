@@ -355,12 +355,18 @@ class Checker:
         now, token = self.sim.clock.now_ms, str(call.args[0])
         if token != client.token or now - client.last_ask >= WAITER_LEASE_MS:
             client.ticket, client.bypassed = None, 0
+        client.asked_before = client.last_ask if token == client.token else 0
         client.token, client.last_ask = token, now
 
     def script_ran(self, run: ScriptRun) -> None:
         """A probed script ran: check its reply and what it changed."""
         for name, detail in script_invariants(run):
             self.violation(name, detail)
+        if run.name in _ACQUIRE_SCRIPTS and isinstance(run.reply, list) and run.reply[:1] == [-3]:
+            # Too late: it wrote nothing, its place's lease included, so it was no ask in time.
+            for client in self.sim.clients:
+                if client.token == run.arg(0) and client.last_ask == run.now_ms:
+                    client.last_ask = client.asked_before
         if run.call.script.name in ("lock_release", "sem_release") and (
             run.reply == 1  # (or a later grant's release: it adds an entry too)
             or (run.reply == 0 and run.arg(0) in run.before.live_holders(run.now_ms))

@@ -222,7 +222,8 @@ def forced_told(run: ScriptRun) -> Found:
 
 def contention_counted(run: ScriptRun) -> Found:
     """The contention figures (lib/hot) change only where the name is contended, and there
-    always: a try refused, a waiter leaving the queue, a grant ending a wait (a confirmed
+    always: a try refused, a waiter leaving the queue (or giving back unconfirmed what it was
+    handed), a grant ending a wait (a confirmed
     hand-over, a queued waiter's own grant) are counted; a grant to a caller that neither
     waited nor was queued, an extend, a refresh, a refusal that writes nothing (a limit
     mismatch, too late, evicted) and a release with nobody queued leave them as they were."""
@@ -241,7 +242,9 @@ def contention_counted(run: ScriptRun) -> Found:
             must = queued or (values[4] == 0 and waited)
     elif run.name.endswith("_release") and values:
         allowed = values[0] == 2 or bool(run.before.queue)
-        must = values[0] == 2
+        # (a waiter handed the name, or admitted, that gives it back unconfirmed leaves too)
+        handed = values[0] == 1 and token in run.before.live_waiters(run.now_ms)
+        must = values[0] == 2 or (handed and not forced(run))
     if changed and not allowed:
         return [("contention_counted", f"{run.name} -> {run.reply!r} wrote contention figures")]
     if must and not changed:

@@ -256,7 +256,7 @@ def registry_entry_bounded(snap: Snapshot) -> Found:
 
 def contention_bounded(snap: Snapshot) -> Found:
     """A bucket's contention figures (lib/hot) keep at most HOT_NAMES names, each a lock or
-    semaphore of that bucket with its 38 whole, non-negative figures and windows no later
+    semaphore of that bucket with its 39 whole, non-negative figures and windows no later
     than now, and expire at most twice HOT_LONG_MS from now."""
     found: Found = []
     for key, state in snap.keys.items():
@@ -273,7 +273,7 @@ def contention_bounded(snap: Snapshot) -> Found:
             numbers = value.split()
             if kind not in ("lock", "sem") or KeySpace.bucket(name) != bucket:
                 found.append(("contention_bounded", f"{key} counts {member!r}"))
-            elif len(numbers) != 38 or not all(n.isdigit() for n in numbers):
+            elif len(numbers) != 39 or not all(n.isdigit() for n in numbers):
                 found.append(("contention_bounded", f"{key} {member}: {value!r}"))
             elif any(
                 int(numbers[at]) > snap.now_ms // length

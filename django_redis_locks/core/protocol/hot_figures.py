@@ -4,7 +4,9 @@ of the ``<ns>:{b}:hot`` hashes, decoded once here.
 A member's figures are, for each window length (:data:`.constants.HOT_SHORT_MS`, then
 :data:`.constants.HOT_LONG_MS`), the index of the current window (server ms // length), nine
 figures of that window and nine of the window before it: refused, queued, left, waits, total
-wait (ms), longest wait (ms), holds, total hold (ms), longest hold (ms). What the last
+wait (ms), longest wait (ms), holds, total hold (ms), longest hold (ms); then (the 39th)
+the score a name inherited when it took the place of the bucket's least contended one, which
+the scripts rank by and the listings do not show. What the last
 ``length`` ms saw is estimated as the current window plus the part of the one before that is
 still within reach, in proportion to time (so a steady rate is counted right); the longest
 wait and hold are the longest of both windows.

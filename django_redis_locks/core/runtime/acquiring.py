@@ -264,8 +264,8 @@ def acquire_steps(
         raise
     except GeneratorExit:
         raise
-    except LockError:
-        _watch(primitive, request, "copies of a failed acquire", now=False)
+    except LockError:  # (LockNotReplicated, SemaphoreLimitMismatch)
+        _abandon(primitive, request, "failed", "copies of a failed acquire", False)
         raise
     except BaseException:
         if attempting or queued or isinstance(result, replies.Acquired):

@@ -105,8 +105,14 @@ end
 -- head, as a rule, or behind it where a failover restored places written before the hand-over.
 local head, record, waiting = lock_queue_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms,
     held[9])
-if head and lock_dequeue(KEYS[2], KEYS[3], KEYS[4], holder) and head == holder then
-    head, record, waiting = lock_queue_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
+if head and lock_dequeue(KEYS[2], KEYS[3], KEYS[4], holder) then
+    if not forced then  -- a waiter handed the lock gave up before it confirmed it
+        hot_note(KEYS[7], member, now_ms, 'left')
+    end
+    if head == holder then
+        head, record, waiting = lock_queue_head(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms,
+            waiting)
+    end
 end
 if head then  -- a hold released while a waiter is due
     hot_note(KEYS[7], member, now_ms, 'held', now_ms - tonumber(held[6] or now_ms))

@@ -90,6 +90,9 @@ if expires and tonumber(expires) > now_ms then
     end
     if waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
         waiting = semaphore_waiting(KEYS[2], true)  -- admitted, and gave up unconfirmed
+        if not forced then
+            hot_note(KEYS[7], member, now_ms, 'left')
+        end
     end
     kept, forget = {gone, avg}, 'h:' .. token
     if not stale then
