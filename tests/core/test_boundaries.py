@@ -123,3 +123,39 @@ def test_an_extend_in_the_millisecond_a_hold_ends_does_not_revive_it(
         assert [int(v) for v in reply] == [0], f"try {index}: ended at {ended_at}, got {reply}"
         assert int(redis_client.hget(keys.lock, "expires") or 0) == ended_at  # nothing written
         redis_client.delete(keys.lock)
+
+
+END_SLOT_NOW = """
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], 'XX', now_ms, ARGV[1])
+return now_ms
+"""
+
+
+def test_a_semaphore_ask_in_the_millisecond_its_slot_ends_is_a_new_grant(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """An acquire with a holder's own token that runs in the very millisecond the slot ends
+    finds no slot to confirm (the script's prune drops it first): it is admitted anew (reply
+    flag 0, a new ticket), never told that it still held (flag 1), which would revive the
+    ended slot."""
+    keys = backend.keys.semaphore("ending-slot-ms")
+    landed = 0
+    for index in range(TRIES):
+        token = f"s{index}"
+        grant = semaphore_calls.acquire_call(keys, token, 1, 10_000, "{}", queue=False, lease_ms=0)
+        first = backend.run_many([grant])[0]
+        assert int(first[0]) == 1
+        with redis_client.pipeline(transaction=True) as pipe:
+            pipe.eval(END_SLOT_NOW, 1, keys.holders, token)
+            pipe.evalsha(*grant.evalsha_args())
+            ended_at, reply = pipe.execute()
+        if int(reply[3]) == ended_at:
+            landed += 1
+            assert int(reply[0]) == 1 and int(reply[4]) == 0, f"try {index}: {reply}"
+            assert int(reply[1]) != int(first[1])  # a new ticket: a new grant
+        backend.run_many([semaphore_calls.release_call(keys, token)])
+        if landed >= AT_LEAST * 4:
+            break
+    assert landed >= AT_LEAST, f"only {landed} of the tries ran in the slot's last millisecond"

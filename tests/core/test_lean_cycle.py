@@ -128,6 +128,8 @@ def test_a_long_hold_released_early_leaves_the_registry_within_minutes(
     for kept, key_life in _entries(backend, redis_client, "hour"):
         assert kept <= now_ms + RETENTION_MS + REGISTRY_AHEAD_MS + 50, kept - now_ms
         assert key_life <= RETENTION_MS + REGISTRY_AHEAD_MS + 3_000
+    # What is left of the lock itself goes with the retention, not with the hour it had left.
+    assert 0 < redis_client.pttl(backend.keys.lock("hour:lock").lock) <= RETENTION_MS
 
 
 def test_a_hold_shortened_then_released_or_abandoned_leaves_the_registry_soon_after(

@@ -627,6 +627,29 @@ def write_calls(client: redis.Redis) -> dict[str, int]:
     return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in WRITES}
 
 
+def test_a_release_with_nothing_to_release_runs_no_write_command(make_server) -> None:
+    """A release resent after it took effect (3) and one of a token that never held (0), with
+    nobody waiting, write nothing: not even the keys' expiries set again."""
+    server = make_server()
+    with server.client(socket_timeout=5) as client:
+        backend = Backend(client, namespace="noop")
+        keys = backend.keys.semaphore("idle")
+        holder = Semaphore("idle", 2, client=backend, timeout=30)
+        assert holder.acquire()
+        token = holder._current_hold().token  # type: ignore[union-attr]
+        keeper = Semaphore("idle", 2, client=backend, timeout=30)
+        assert keeper.acquire()  # (so that the keys stay)
+        holder.release()
+        before = write_calls(client)
+        replies = backend.run_many(
+            [protocol.release_call(keys, token), protocol.release_call(keys, "n" * 32)]
+        )
+        assert [int(reply) for reply in replies] == [3, 0]
+        assert write_calls(client) == before
+        keeper.release()
+        backend.close()
+
+
 @pytest.mark.parametrize("waiting", [False, True])
 def test_a_refused_acquire_runs_no_write_command(make_server, waiting: bool) -> None:
     """An acquire refused for its limit ({-1, stored limit}) writes nothing, and a try refused
