@@ -53,6 +53,8 @@ SCRIPT_COMMANDS = (
     "time",
     "hget",
     "hmget",
+    "hgetall",
+    "hlen",
     "hset",
     "hdel",
     "del",
