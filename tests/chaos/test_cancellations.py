@@ -29,7 +29,7 @@ import pytest
 import redis
 
 from django_redis_locks.core import Backend, Lock, LockNotAcquired, Semaphore
-from django_redis_locks.core.protocol.constants import REGISTRY_AHEAD_MS, RETENTION_MS
+from django_redis_locks.core.protocol.constants import HOT_LONG_MS, REGISTRY_AHEAD_MS, RETENTION_MS
 from django_redis_locks.core.protocol.replies import text
 from django_redis_locks.core.runtime import driver
 from django_redis_locks.core.runtime.renewal import renewer
@@ -65,6 +65,10 @@ def leftovers(client: redis.Redis, namespace: str) -> list[str]:
             bound = now + RETENTION_MS + 2 * REGISTRY_AHEAD_MS
             if key.endswith(":expiry") and client.zcount(key, bound + 1, "+inf"):
                 wrong.append(f"{key} (an entry kept too long)")
+        elif kind == "hot":
+            # The contention figures (lib/hot) stay by design, at most two hours.
+            if not 0 < client.pttl(key) <= 2 * HOT_LONG_MS:
+                wrong.append(f"{key} (contention figures kept too long)")
         elif kind == "semi" and only_recent_releases(client, key):
             continue  # what a released semaphore keeps a while: its recent releases
         else:
