@@ -47,7 +47,7 @@ def decode_figures(value: str, window_ms: int, now_ms: int) -> Figures:
     (server time), from a member's stored value."""
     numbers = [int(part) for part in value.split()]
     base = WINDOWS_MS.index(window_ms) * _STRIDE
-    if len(numbers) < (WINDOWS_MS.index(window_ms) + 1) * _STRIDE:
+    if len(numbers) < base + _STRIDE:
         raise ValueError(f"contention figures too short: {value!r}")
     index = now_ms // window_ms
     stored = numbers[base]
