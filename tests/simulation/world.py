@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 
@@ -34,8 +35,7 @@ class Snapshot:
 
     def part(self, key: str) -> str:
         """The kind word of a protocol key: lock, lockq, sem, semi, reg:names..."""
-        rest = key.split("}:", 1)[1]
-        return "reg:" + rest.split(":")[1] if rest.startswith("reg:") else rest.split(":")[0]
+        return _part(key)
 
     def lock(self, key: str) -> tuple[str, int, int] | None:
         """(token, expires ms, fence) of a lock hash that has a token, else None."""
@@ -48,6 +48,14 @@ class Snapshot:
     def holders(self, key: str) -> dict[str, float]:
         state = self.keys.get(key)
         return {} if state is None else state.scores
+
+
+@lru_cache(maxsize=4096)
+def _part(key: str) -> str:
+    # every invariant asks this of every key at every step: the few key names a history
+    # uses are worked out once
+    rest = key.split("}:", 1)[1]
+    return "reg:" + rest.split(":")[1] if rest.startswith("reg:") else rest.split(":")[0]
 
 
 def decode(now_ms: int, reply: list[Any]) -> Snapshot:
