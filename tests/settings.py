@@ -54,7 +54,11 @@ TASKS = {
     "default": {"BACKEND": f"{TASKS_MODULE}.backends.immediate.ImmediateBackend"},
     "deferred": {"BACKEND": f"{TASKS_MODULE}.backends.dummy.DummyBackend"},
 }
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+    # a second database, for holds that follow the transaction of the one they name
+    "other": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+}
 
 # Which cache backend carries the locks in this run: "django_redis", "django" (built-in) or
 # "django_valkey".

@@ -26,6 +26,7 @@ from django_redis_locks.core.errors import (
     LockNotReplicated,
 )
 from django_redis_locks.core.lock import Lock
+from django_redis_locks.transactions import hand_over, waiting_hold
 
 from .callers import (
     label_of,
@@ -62,6 +63,7 @@ class Guard:
         on_redis_error: OnRedisError | None,
         retry_after: float | None = None,
         on_lost: OnLost | None = None,
+        database: str | None = None,
     ) -> None:
         self.func = func
         self.namer = namer
@@ -71,6 +73,7 @@ class Guard:
         self.on_redis_error = on_redis_error
         self.retry_after = retry_after
         self.on_lost = on_lost
+        self.database = database  # release_on_commit: the transaction's connection
         self.label = label_of(func)
         # Made (and its options checked) once; each call gets a copy for its name.
         self.template = Lock("decorated", metadata={"label": self.label}, **options)
@@ -112,6 +115,10 @@ class Guard:
             return self._call(lock, args, kwargs)
 
     def _call(self, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.database is not None and waiting_hold(
+            self.options["using"], lock.name, self.database
+        ):
+            return self.func(*args, **kwargs)  # under the hold its transaction keeps
         try:
             lock.__enter__()
         except (LockBackendError, LockNotReplicated) as error:
@@ -121,10 +128,14 @@ class Guard:
         try:
             result = self.func(*args, **kwargs)
         except BaseException:
-            lock.__exit__(*sys.exc_info())
+            # (what the call wrote before it raised is in the transaction all the same)
+            if not self._handed_over(lock):
+                lock.__exit__(*sys.exc_info())
             raise
         if isinstance(result, StreamingHttpResponse) or inspect.iscoroutine(result):
             return self._keep(lock, result)
+        if self._handed_over(lock):
+            return result
         with self._releasing(lock, args):
             lock.release()
         return result
@@ -171,6 +182,18 @@ class Guard:
         if isinstance(result, StreamingHttpResponse):
             return keep_until_streamed(result, kept)
         return keep_until_done(result, kept)
+
+    def _handed_over(self, lock: Lock) -> bool:
+        """With ``release_on_commit``: hand the call's hold to its transaction (released at
+        once outside one; see :mod:`django_redis_locks.transactions`)."""
+        if self.database is None:
+            return False
+        hold = lock._current_hold()
+        if hold is None:  # (nothing to keep: release as usual, which says why)
+            return False
+        kept = KeptHold(lock, hold, self.label, held_as(self.options["using"], lock.name))
+        hand_over(kept, self.database)
+        return True
 
     def _release(self, lock: Lock, release: Callable[[], None]) -> None:
         try:

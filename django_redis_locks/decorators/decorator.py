@@ -30,10 +30,12 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from asgiref.sync import iscoroutinefunction
+from django.conf import settings
 
 from django_redis_locks.core.errors import InvalidArgument, InvalidArgumentType
 from django_redis_locks.core.lock import Replicas, _check_replicas
 from django_redis_locks.core.validation import check_bool, check_metric_name, check_ttl, check_wait
+from django_redis_locks.transactions import check_database, check_renewed
 
 from .callers import label_of, refuse_generators, refuse_task_objects
 from .calls import Guard, OnContention, OnLost, OnRedisError
@@ -85,6 +87,8 @@ def redis_lock(
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
     metric_name: str | None = None,
+    release_on_commit: bool = False,
+    database: str | None = None,
 ) -> _Keeping: ...
 
 
@@ -104,6 +108,8 @@ def redis_lock(
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
     metric_name: str | None = None,
+    release_on_commit: bool = False,
+    database: str | None = None,
 ) -> _Skipping[None]: ...
 
 
@@ -123,6 +129,8 @@ def redis_lock(
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
     metric_name: str | None = None,
+    release_on_commit: bool = False,
+    database: str | None = None,
 ) -> _Skipping[S]: ...
 
 
@@ -141,6 +149,8 @@ def redis_lock(
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
     metric_name: str | None = None,
+    release_on_commit: bool = False,
+    database: str | None = None,
 ) -> _Skipping[Any]: ...
 
 
@@ -159,6 +169,8 @@ def redis_lock(
     retry_after: float | None = None,
     on_lost: OnLost | None = None,
     metric_name: str | None = None,
+    release_on_commit: bool = False,
+    database: str | None = None,
 ) -> Any:
     """Decorate a function so that each call runs holding the lock named by ``key``.
 
@@ -176,6 +188,12 @@ def redis_lock(
     ran (it expired unrenewed, or was force-released) does when it returns: ``"raise"``
     LockLost, or ``"return"`` its result (the loss is logged at ERROR); default: a view's
     ``VIEW_ON_LOCK_LOST`` setting ("return"), ``"raise"`` for anything else.
+    ``release_on_commit`` keeps the hold, when the call returns or raises inside
+    ``transaction.atomic()``, until that transaction commits or rolls back (at once outside
+    one), renewed meanwhile; ``database`` (default ``"default"``) names the connection whose
+    transaction it follows. In the same transaction, a later call of the same name runs under
+    that hold (see :mod:`django_redis_locks.transactions`). Sync functions only: an async
+    function runs outside any transaction.
     ``metric_name`` is the name the lock's events carry to aggregate by (default: the key
     template, ``"order:{order_id}"``; for a callable key, the function's label), never the
     call's own lock name. The other arguments are those of :class:`Lock`.
@@ -220,11 +238,26 @@ def redis_lock(
             "on_redis_error", f"must be 'fail_closed', 'fail_open' or None, not {on_redis_error!r}"
         )
 
+    release_on_commit = check_bool(release_on_commit, "release_on_commit")
+    if release_on_commit:
+        check_renewed(auto_renew, "auto_renew")
+        database = check_database(database, known=settings.configured)
+    elif database is not None:
+        raise InvalidArgument(
+            "database", "names the transaction a hold follows: it needs release_on_commit=True"
+        )
+
     def decorate(func: Any) -> Any:
         refuse_task_objects(func)
         if not callable(func):
             raise InvalidArgumentType("func", f"@redis_lock decorates callables, not {func!r}")
         refuse_generators(func)
+        if release_on_commit and iscoroutinefunction(func):
+            raise InvalidArgument(
+                "release_on_commit",
+                "needs a sync function: an async one runs outside any transaction (Django's "
+                "atomic() is sync only); decorate the sync function that runs in atomic()",
+            )
         namer = Namer(key, signatures_of(func), label_of(func))
         guard = Guard(
             func,
@@ -235,6 +268,7 @@ def redis_lock(
             on_redis_error=on_redis_error,
             retry_after=retry_after,
             on_lost=on_lost,
+            database=database,
         )
         # asgiref's test, as Django's handlers use: it also knows functions marked with
         # markcoroutinefunction (an async class view's as_view() on Python 3.11).
