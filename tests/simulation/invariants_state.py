@@ -254,6 +254,29 @@ def registry_entry_bounded(snap: Snapshot) -> Found:
     return found
 
 
+def semaphore_keys_expire_together(snap: Snapshot) -> Found:
+    """A semaphore's four keys expire together, at its info hash's l (until when its registry
+    entry lasts): the scripts move the info hash's expiry only when l moves, and give the
+    others l whenever they write them (lib/semaphore's semaphore_keep), so a record in the
+    info hash never outlives the holders' or leases' key that would let a look drop it."""
+    found: Found = []
+    for key, state in snap.keys.items():
+        if snap.part(key) != "semi":
+            continue
+        listed = float(state.fields[6]) if len(state.fields) >= 7 and state.fields[6] else None
+        for part in ("semi", "sem", "semq", "semw"):
+            other = snap.keys.get(key.replace(":semi:", f":{part}:", 1))
+            if other is not None and (listed is None or other.expiry_ms != listed):
+                found.append(
+                    (
+                        "semaphore_keys_expire_together",
+                        f"{key.replace(':semi:', f':{part}:', 1)} expires at "
+                        f"{other.expiry_ms}, its info hash's l is {listed}",
+                    )
+                )
+    return found
+
+
 def contention_bounded(snap: Snapshot) -> Found:
     """A bucket's contention figures (lib/hot) keep at most HOT_NAMES names, each a lock or
     semaphore of that bucket with its 39 whole, non-negative figures and windows no later
@@ -294,6 +317,7 @@ def state_invariants(snap: Snapshot) -> Found:
         + registry_flag_true(snap)
         + registry_entry_bounded(snap)
         + semaphore_records_consistent(snap)
+        + semaphore_keys_expire_together(snap)
         + registry_consistent(snap)
         + contention_bounded(snap)
     )

@@ -70,14 +70,20 @@ local ttl = tonumber(ARGV[3])
 local member = semaphore_member(KEYS[1])
 local info = redis.call('HMGET', KEYS[4], 'limit', 'ticket', 'gone', 'l', 'q', 'h:' .. token)
 local waiting = semaphore_waiting(KEYS[2], info[5])
-local wrote = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting) > 0
+-- ``last``: the highest expiry among the holders (0: none; nil: unknown, see semaphore_keep)
+local holding, last, dropped, mine = semaphore_look(KEYS[1], KEYS[4], now_ms, token)
+local wrote = dropped > 0
+if waiting and semaphore_prune_waiters(KEYS[2], KEYS[3], KEYS[4], now_ms) > 0 then
+    wrote = true
+    waiting = semaphore_waiting(KEYS[2], true)
+end
 
 -- Whatever was written, every key then lives as long as the last holder or waiter, and the
--- registry entry at least as long.
+-- info hash and registry entry at least as long.
 local function finish(reply)
     if wrote then
         semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], member, now_ms,
-            waiting, info[4], info[5])
+            waiting, info[4], info[5], nil, nil, last)
     end
     return reply
 end
@@ -91,15 +97,20 @@ if waiting then
     open, admitted = semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], member, now_ms)
     wrote = wrote or admitted
     waiting = semaphore_waiting(KEYS[2], true)
-    info[6] = redis.call('HGET', KEYS[4], 'h:' .. token)  -- (it may have been admitted)
+    if admitted then  -- (it may have admitted this very caller)
+        info[6] = redis.call('HGET', KEYS[4], 'h:' .. token)
+        mine = tonumber(redis.call('ZSCORE', KEYS[1], token) or '0')
+        mine = mine > now_ms and mine or nil
+        holding, last = semaphore_count(KEYS[1], now_ms), nil
+    end
 end
 -- A holder has a record (h:<token>), which goes with its slot: no record, no slot to look at.
-local mine = info[6] and redis.call('ZSCORE', KEYS[1], token)
-if mine and tonumber(mine) > now_ms then
-    local left = tonumber(mine) - now_ms
+if info[6] and mine then
+    local left = mine - now_ms
     if left < ttl then  -- confirm an admission (its short window) for the full TTL
         redis.call('ZADD', KEYS[1], 'XX', now_ms + ttl, token)
         left, wrote = ttl, true
+        last = last and math.max(last, now_ms + ttl)
     end
     if waiting and semaphore_dequeue(KEYS[2], KEYS[3], KEYS[4], token) then
         wrote = true
@@ -110,7 +121,6 @@ if mine and tonumber(mine) > now_ms then
     return finish({1, ticket, left, now_ms, 1})
 end
 
-local holding = semaphore_count(KEYS[1], now_ms)
 local queued = waiting and redis.call('ZSCORE', KEYS[2], token)
 -- A token evicted by a forced release never holds or waits again: its holder must learn of
 -- the eviction (at its next call), not find a slot granted to it anew by a late copy.
@@ -135,6 +145,7 @@ if not queued and open and holding < limit then
     fields[#fields + 1] = string.format('%.0f', now_ms) .. ' ' .. ticket .. ' ' .. ARGV[4]
     redis.call('HSET', KEYS[4], unpack(fields))
     wrote = true
+    last = last and math.max(last, now_ms + ttl)
     if tonumber(ARGV[9]) > 0 then
         hot_note(KEYS[7], member, now_ms, 'waited', tonumber(ARGV[9]))
     end

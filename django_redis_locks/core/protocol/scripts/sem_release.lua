@@ -45,11 +45,12 @@ if not forced then
 end
 local info = redis.call('HMGET', KEYS[4], 'gone', 'avg', 'l', 'q', 'h:' .. (token or ''))
 local waiting = semaphore_waiting(KEYS[2], info[4])
--- Expired holders need dropping only to free slots for waiters; with nobody waiting, the
--- next acquire drops them (they never count meanwhile).
-local dropped = 0
+-- One look at the holders: the token's slot, and the highest expiry of the others (``rest``,
+-- 0: none; nil: unknown, see semaphore_keep); expired holders are dropped on the way.
+local _, last, dropped, expires, rest = semaphore_look(KEYS[1], KEYS[4], now_ms, token)
 if waiting then
-    dropped = semaphore_prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now_ms, waiting)
+    dropped = dropped + semaphore_prune_waiters(KEYS[2], KEYS[3], KEYS[4], now_ms)
+    waiting = semaphore_waiting(KEYS[2], true)
 end
 
 if forced then
@@ -61,13 +62,17 @@ if forced then
         end
     end
     info[5] = token and redis.call('HGET', KEYS[4], 'h:' .. token)
+    expires = token and tonumber(redis.call('ZSCORE', KEYS[1], token))
+    rest = nil
 end
 
 local outcome = 0
 local freed = false  -- a slot was given back (its holder's, or a later admission's)
 local kept, forget = nil, nil
-local expires = info[5] and redis.call('ZSCORE', KEYS[1], token)
-if expires and tonumber(expires) > now_ms then
+if not info[5] then  -- a holder has a record (h:<token>): no record, no slot
+    expires = nil
+end
+if expires and expires > now_ms then
     -- A later admission of the holder's token, not its slot: released all the same, but
     -- the holder is told its own slot was gone, and an eviction on record stays on record.
     local stale = not forced and ARGV[4] ~= ''
@@ -84,6 +89,7 @@ if expires and tonumber(expires) > now_ms then
         avg = semaphore_average(info[5], info[2], now_ms)
     end
     redis.call('ZREM', KEYS[1], token)
+    last = rest
     if waiting then  -- a slot released while waiters are queued
         hot_note(KEYS[7], member, now_ms, 'held',
             now_ms - tonumber(string.match(info[5], '^(%d+)') or now_ms))
@@ -122,7 +128,8 @@ if waiting and (freed or dropped > 0) then
     -- that stopped at the bound on dead places left some, which this script's prune dropped)
     semaphore_admit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], member, now_ms)
     waiting = semaphore_waiting(KEYS[2], true)
+    last = nil
 end
 semaphore_keep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], member, now_ms, waiting,
-    info[3], info[4], kept, forget)
+    info[3], info[4], kept, forget, last)
 return outcome

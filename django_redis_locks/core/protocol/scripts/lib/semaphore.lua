@@ -43,18 +43,60 @@ local function semaphore_record_ticket(record)
     return string.match(record or '', '^%d+ (%d+)')
 end
 
--- Drop holders whose TTL ran out and waiters whose lease ran out (at most SEMAPHORE_PRUNE
--- of each); ``waiting`` says whether the queue exists. Return how many went.
-local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now_ms, waiting)
-    local gone = redis.call('ZRANGEBYSCORE', holders_key, '-inf', now_ms,
-        'LIMIT', 0, SEMAPHORE_PRUNE)
-    for _, token in ipairs(gone) do
-        redis.call('ZREM', holders_key, token)
-        redis.call('HDEL', info_key, 'h:' .. token)
+-- How many holders one look reads (see semaphore_look) besides those it may drop.
+local SEMAPHORE_LOOK = 8
+
+-- One look at the holders (one ZRANGE for a semaphore with few): drop those whose TTL ran out
+-- (at most SEMAPHORE_PRUNE, with their records). Returns
+--   live   how many hold a slot now
+--   last   the highest expiry left among the holders (ms; 0: none left, not even an expired
+--          one; nil: more than one look reads, ask Redis)
+--   gone   how many were dropped
+--   mine   the expiry of ``token``'s live slot (nil: none; ``token`` nil: not asked)
+--   rest   ``last`` without ``token``
+-- A semaphore with more holders than one look reads asks Redis for the count and ``mine``.
+local function semaphore_look(holders_key, info_key, now_ms, token)
+    local size = SEMAPHORE_LOOK + SEMAPHORE_PRUNE
+    local read = redis.call('ZRANGE', holders_key, 0, size - 1, 'WITHSCORES')
+    local dropped, fields = {}, {}
+    local live, last, mine, rest = 0, 0, nil, 0
+    for i = 1, #read, 2 do
+        local score = tonumber(read[i + 1])
+        if score <= now_ms and #dropped < SEMAPHORE_PRUNE then
+            dropped[#dropped + 1] = read[i]
+            fields[#fields + 1] = 'h:' .. read[i]
+        else
+            last = score
+            if score > now_ms then
+                live = live + 1
+            end
+            if read[i] ~= token then
+                rest = score
+            elseif score > now_ms then
+                mine = score
+            end
+        end
     end
-    if not waiting then  -- nobody waits: no lease to look at
-        return #gone
+    if #dropped > 0 then
+        redis.call('ZREM', holders_key, unpack(dropped))
+        redis.call('HDEL', info_key, unpack(fields))
     end
+    if #read == 2 * size then  -- there may be more than the look read
+        live = redis.call('ZCOUNT', holders_key, '(' .. now_ms, '+inf')
+        last, rest = nil, nil
+        if token then
+            mine = tonumber(redis.call('ZSCORE', holders_key, token) or '0')
+            if mine <= now_ms then
+                mine = nil
+            end
+        end
+    end
+    return live, last, #dropped, mine, rest
+end
+
+-- Drop waiters whose lease ran out (at most SEMAPHORE_PRUNE); the caller calls this only
+-- when the queue exists. Returns how many went.
+local function semaphore_prune_waiters(queue_key, leases_key, info_key, now_ms)
     local left = redis.call('ZRANGEBYSCORE', leases_key, '-inf', now_ms,
         'LIMIT', 0, SEMAPHORE_PRUNE)
     for _, token in ipairs(left) do
@@ -62,7 +104,7 @@ local function semaphore_prune(holders_key, queue_key, leases_key, info_key, now
         redis.call('ZREM', queue_key, token)
         redis.call('HDEL', info_key, 'w:' .. token)
     end
-    return #gone + #left
+    return #left
 end
 
 -- How long holds last (ms, a moving average, as text), with the hold that began at ``record``
@@ -116,65 +158,85 @@ local function semaphore_ticket(last, now_us)
     return string.format('%.0f', ticket)
 end
 
--- Make all four keys live as long as the last holder or waiter (``waiting``: whether the
--- queue exists), and the registry entry of ``member`` at least as long (``listed``: the info
--- hash's l as read, see lib/registry's registry_fit). When nobody holds or waits, delete
--- them but for the recent releases, the average hold and l (``kept``: {gone, avg}; nil: those
--- of the info hash), kept SEMAPHORE_RETENTION_MS in a small hash made anew; otherwise write
--- ``kept`` to the info hash, drop its field ``forget`` (nil: none), and clear its q when
--- nobody waits (``flagged``: q as read). Return the last expiry (ms), or nil when nobody
--- holds or waits.
+-- Keep the semaphore's keys as long as its holders and waiters need them, and the info hash
+-- RETENTION past that, for the recent releases a release then records. All four keys expire
+-- together, at the info hash's l (``listed``, as read): until when the registry lists
+-- ``member`` too (lib/registry's registry_fit). l moves only when it falls short of what the
+-- keys need or lies more than REGISTRY_AHEAD_MS past it, so a name in steady use writes
+-- neither the registry nor the info hash's expiry on most acquires and releases, and what a
+-- holder or waiter that went away leaves (its record in the info hash) goes with the keys, or
+-- with the next look at them (semaphore_look, semaphore_prune_waiters).
+--
+-- ``last``: the highest expiry among the holders (ms) if the caller knows it (0: the holders'
+-- key is empty), nil to read it; ``waiting``: whether the queue exists. When nobody holds or
+-- waits, what the info hash keeps is the recent releases and the average hold (``kept``:
+-- {gone, avg}; nil: those of the info hash); otherwise ``kept`` is written to it. Its field
+-- ``forget`` (nil: none) is dropped, and its q when nobody waits (``flagged``: q as read).
+-- Returns the last expiry of a holder or waiter (ms), or nil when nobody holds or waits.
 local function semaphore_keep(holders_key, queue_key, leases_key, info_key, names_key,
-                              expiry_key, member, now_ms, waiting, listed, flagged, kept, forget)
-    local holder = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
-    local last = now_ms
-    if holder[2] and tonumber(holder[2]) > last then
-        last = tonumber(holder[2])
+                              expiry_key, member, now_ms, waiting, listed, flagged, kept, forget,
+                              last)
+    if not last then
+        local holder = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
+        last = holder[2] and tonumber(holder[2]) or 0
     end
-    if last == now_ms and not waiting then
-        kept = kept or redis.call('HMGET', info_key, 'gone', 'avg')
-        redis.call('DEL', holders_key, info_key)
-        if kept[1] or kept[2] then
-            listed = registry_fit(names_key, expiry_key, member, listed,
-                now_ms + SEMAPHORE_RETENTION_MS, now_ms, true) or listed
-            redis.call('HSET', info_key, 'gone', kept[1] or '', 'avg', kept[2] or '0', 'l',
-                listed or '0')
-            redis.call('PEXPIRE', info_key, SEMAPHORE_RETENTION_MS)
-        end
-        return nil
-    end
+    local live = math.max(last, now_ms)
     if waiting then
         local lease = redis.call('ZRANGE', leases_key, -1, -1, 'WITHSCORES')
-        if lease[2] and tonumber(lease[2]) > last then
-            last = tonumber(lease[2])
+        if lease[2] and tonumber(lease[2]) > live then
+            live = tonumber(lease[2])
         end
     end
-    local keep = last - now_ms + SEMAPHORE_GRACE_MS
-    redis.call('PEXPIRE', holders_key, keep)
-    redis.call('PEXPIRE', info_key, keep)
-    if waiting then
-        redis.call('PEXPIRE', queue_key, keep)
-        redis.call('PEXPIRE', leases_key, keep)
-    end
-    local fields = {}
+    local nobody = live == now_ms and not waiting
+    local fields, gone = {}, {}  -- the info hash's fields to write, and to drop
     if kept then
         fields = {'gone', kept[1] or '', 'avg', kept[2] or '0'}
     end
-    local relisted = registry_fit(names_key, expiry_key, member, listed, now_ms + keep, now_ms)
+    if forget then
+        gone[#gone + 1] = forget
+    end
+    local need = now_ms + SEMAPHORE_RETENTION_MS  -- nobody: the recent releases only
+    if nobody then
+        -- Made anew rather than cleared in place: a hash that held a record over 64 bytes
+        -- keeps Redis's larger encoding until it is deleted.
+        kept = kept or redis.call('HMGET', info_key, 'gone', 'avg')
+        redis.call('DEL', holders_key, info_key)
+        if not (kept[1] or kept[2]) then
+            return nil
+        end
+        local until_ms = registry_fit(names_key, expiry_key, member, listed, need, now_ms)
+            or listed
+        redis.call('HSET', info_key, 'gone', kept[1] or '', 'avg', kept[2] or '0', 'l', until_ms)
+        redis.call('PEXPIRE', info_key, tonumber(until_ms) - now_ms)
+        return nil
+    end
+    need = live + SEMAPHORE_GRACE_MS + SEMAPHORE_RETENTION_MS
+    if flagged and not waiting then
+        gone[#gone + 1] = 'q'
+    end
+    local relisted = registry_fit(names_key, expiry_key, member, listed, need, now_ms)
     if relisted then
         fields[#fields + 1] = 'l'
         fields[#fields + 1] = relisted
     end
+    if #gone > 0 then
+        redis.call('HDEL', info_key, unpack(gone))
+    end
     if #fields > 0 then
         redis.call('HSET', info_key, unpack(fields))
     end
-    if forget then
-        redis.call('HDEL', info_key, forget)
+    local keep = tonumber(relisted or listed) - now_ms  -- every key's, the info hash's l
+    if relisted then
+        redis.call('PEXPIRE', info_key, keep)
     end
-    if flagged and not waiting then
-        redis.call('HDEL', info_key, 'q')
+    if last > 0 then  -- (made anew, maybe: an empty holders' key is no key)
+        redis.call('PEXPIRE', holders_key, keep)
     end
-    return last
+    if waiting then
+        redis.call('PEXPIRE', queue_key, keep)
+        redis.call('PEXPIRE', leases_key, keep)
+    end
+    return live
 end
 
 -- Whether the queue exists, given the info hash's q as read (``flagged``): q is set when a
