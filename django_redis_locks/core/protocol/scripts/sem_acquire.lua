@@ -51,7 +51,7 @@
 -- admission), and a newcomer takes a free slot only when every live queued waiter holds one;
 -- releases admit queued waiters themselves. Expired holders never count, so the limit holds
 -- however long a holder was paused. Every path that writes ends in semaphore_keep, so every
--- key lives as long as the last holder or waiter.
+-- key lives as long as the last holder or waiter, and all four expire together.
 -- @include estimate
 -- @include hot
 -- @include registry

@@ -11,7 +11,8 @@
 --                    (see lib/gone) and avg: how long holds last (ms, a moving average), both
 --                    kept RETENTION_MS (constants.py) after the last holder left; l: until
 --                    when the name's registry entry is kept (lib/registry's registry_fit),
---                    kept with them; q: "1" while the queue may exist (semaphore_waiting)
+--                    which is when all four keys expire (semaphore_keep); q: "1" while the
+--                    queue may exist (semaphore_waiting)
 --
 -- A holder counts while its expiry is in the future: expired holders and waiters are dropped
 -- a bounded number per script, and counts never include them meanwhile.
