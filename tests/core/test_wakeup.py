@@ -158,21 +158,21 @@ def test_a_refused_subscribe_is_logged_once_at_warning_and_retried(
         caplog.set_level(logging.WARNING, "django_redis_locks.core.runtime.wakeup")
 
         def wait_for_it() -> None:
-            result.append(waiter.acquire(timeout=5))
+            result.append(waiter.acquire(timeout=30))
             waiter.release()
 
         thread = threading.Thread(target=wait_for_it)
         thread.start()
-        wait_until(
+        wait_until(  # (it came after more than 5 s once, on a loaded machine)
             lambda: bool(listener_warnings(caplog, "cannot listen", "refused")),
-            timeout=5,
+            timeout=20,
             what="the warning",
         )
         time.sleep(2.0)  # several retries (back-off up to 1 s) while it is refused
         [refused] = listener_warnings(caplog, "cannot listen", "refused")  # once, not per retry
         assert "NOPERM" in refused or "NoPermission" in refused, refused
         holder.release()  # the waiter gets it at a re-check (no wake-up can reach it)
-        thread.join(timeout=10)
+        thread.join(timeout=30)
         assert result == [True]
         # SUBSCRIBE is allowed now: the next waiter subscribes, and is woken by the release.
         admin.execute_command("ACL", "SETUSER", user.name, "+subscribe")
@@ -180,7 +180,7 @@ def test_a_refused_subscribe_is_logged_once_at_warning_and_retried(
         woken: list[float] = []
 
         def wait_again() -> None:
-            if waiter.acquire(timeout=5):
+            if waiter.acquire(timeout=30):
                 woken.append(time.monotonic())
                 waiter.release()
 
@@ -188,12 +188,12 @@ def test_a_refused_subscribe_is_logged_once_at_warning_and_retried(
         thread.start()
         wait_until(
             lambda: bool(listener_warnings(caplog, "listens again", "refused")),
-            timeout=5,
+            timeout=20,
             what="listens again",
         )
         released = time.monotonic()
         holder.release()
-        thread.join(timeout=10)
+        thread.join(timeout=30)
         assert woken and woken[0] - released < 0.5  # woken, not re-checked
         assert len(listener_warnings(caplog, "cannot listen", "refused")) == 1
     client.close()
