@@ -1,10 +1,11 @@
 """What a released name leaves in Redis: a few hundred bytes at most; its own hash for at most 6
-minutes (5, and what was left of a lock's hold up to a minute), its registry entry for at most
-8 (entries are kept lazily, see lib/registry.lua).
+minutes (5, and what was left of a lock's hold up to a minute; a semaphore's up to 7, with its
+registry entry), its registry entry for at most 8 (entries are kept lazily, see
+lib/registry.lua).
 
-Measured with ``INFO memory`` on a private server, over 3,000 names that are each acquired
-once with realistic holder metadata and released (the ``order:{id}`` pattern of a web
-application), for locks and for semaphores.
+Counted key by key (``MEMORY USAGE`` of each key, see _keys_bytes) on a private server, over
+3,000 names that are each acquired once with realistic holder metadata and released (the
+``order:{id}`` pattern of a web application), for locks and for semaphores.
 """
 
 from __future__ import annotations
@@ -32,10 +33,6 @@ MAX_LIFE_MS = RETENTION_MS + 60_000
 #: How long a registry entry may outlive its name's last hold (the footprint's lifetime bound).
 MAX_REGISTRY_LIFE_MS = 8 * 60 * 1000 + 3_000
 METADATA = {"label": "orders.views.charge", "user": 48213, "path": "/orders/48213/charge/"}
-
-
-def _used_memory(admin: redis.Redis) -> int:
-    return int(admin.info("memory")["used_memory"])
 
 
 #: What Redis's keyspace spends per key beside what MEMORY USAGE counts (the key's entry in
@@ -84,13 +81,13 @@ def _cycle(
     stay: no queue; the hash for ``max_life_ms``, the bucket's registry keys at most 8
     minutes."""
     keys_before = _own_keys(admin)
-    before = _used_memory(admin)
+    before = _keys_bytes(admin)
     for primitive in primitives:
         assert primitive.acquire(blocking=False)
-    held = _used_memory(admin)
+    held = _keys_bytes(admin)
     for primitive in primitives:
         primitive.release()
-    after = _used_memory(admin)
+    after = _keys_bytes(admin)
     assert _own_keys(admin) - keys_before == NAMES
     lives = [admin.pttl(key_of(i)) for i in range(0, NAMES, 97)]
     registry_lives = [admin.pttl(key) for key in admin.scan_iter(match="fp:*:reg:*")]
