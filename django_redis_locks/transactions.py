@@ -30,7 +30,9 @@ How the hold follows the transaction (on the connection of ``database``, default
   it). Savepoints that are released (an inner block left normally) keep it: their writes
   are committed only with the outermost block;
 - outside any ``atomic()`` block (autocommit) there is nothing to wait for: the hold is
-  released at once, as ``on_commit`` runs its callback at once;
+  released as it would be without this (``on_commit`` would run its callback at once); with
+  autocommit off (manual transaction management), ``on_commit`` refuses, and so does this:
+  the hold is released and Django's TransactionManagementError raised;
 - while it waits, the hold is renewed, as long as the thread that took it lives: its lock
   must be made with ``auto_renew=True``;
 - in the same transaction, a later ``hold_until_commit`` (or decorated call) of the same
@@ -46,6 +48,7 @@ transaction ends: the transaction went on without mutual exclusion for a while.
 from __future__ import annotations
 
 import logging
+import sys
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -170,23 +173,26 @@ def check_renewed(auto_renew: bool, what: str) -> None:
 def waiting_hold(using: str | None, name: str, database: str) -> PendingHold | None:
     """The hold of ``name`` (on the cache alias ``using``) that this thread's transaction on
     ``database`` keeps for its commit, if Redis still has it; else None."""
-    connection = connections[database]
-    if not connection.in_atomic_block:
+    if not connections[database].in_atomic_block:
         return None
     pending = _pending_list(database).get(held_as(using, name))
     return pending if pending is not None and pending.alive() else None
 
 
+def in_transaction(database: str) -> bool:
+    """Whether this thread's connection to ``database`` has a transaction whose end a hold
+    should wait for: inside ``atomic()``, or with autocommit off (where ``on_commit``
+    refuses to help: :func:`hand_over` says so). Otherwise a hold is released as usual."""
+    connection = connections[database]
+    return connection.in_atomic_block or not connection.get_autocommit()
+
+
 def hand_over(kept: KeptHold, database: str) -> None:
-    """Release ``kept`` when the transaction of ``database`` in this thread ends (at once
-    outside one). Raises what ``on_commit`` raises (manual transaction management), after
-    releasing the hold."""
+    """Release ``kept`` when the transaction of ``database`` in this thread ends (see
+    :func:`in_transaction`). Raises what ``on_commit`` raises (manual transaction management),
+    after releasing the hold."""
     pending_list = _pending_list(database)
     pending = PendingHold(kept, pending_list)
-    connection = connections[database]
-    if not connection.in_atomic_block:
-        pending.committed()
-        return
 
     def release_on_commit() -> None:
         pending.committed()
@@ -195,7 +201,7 @@ def hand_over(kept: KeptHold, database: str) -> None:
     finalizer.atexit = False  # (at exit the renewal stops: the hold runs out by its TTL)
     pending_list[kept.held_as] = pending
     try:
-        connection.on_commit(release_on_commit, robust=True)
+        connections[database].on_commit(release_on_commit, robust=True)
     except BaseException:
         pending.rolled_back()
         raise
@@ -203,14 +209,18 @@ def hand_over(kept: KeptHold, database: str) -> None:
 
 def release_on_commit(lock: Lock, *, database: str | None = None) -> None:
     """Hand this thread's hold of ``lock`` to the transaction that runs on ``database``
-    (default ``"default"``): it is released when the transaction commits or rolls back (at
-    once outside a transaction; see the module doc). Do not release it yourself after this.
+    (default ``"default"``): it is released when the transaction commits or rolls back (see
+    the module doc). Do not release it yourself after this. Outside a transaction, it is
+    released now, as ``lock.release()`` does (and raises what that raises).
 
     Raises LockNotOwned if this thread holds nothing, InvalidArgument if ``lock`` is not
     auto-renewed or ``database`` is no alias of ``DATABASES``."""
     database = check_database(database)
     check_renewed(lock.auto_renew, "lock")
     hold = lock._require_hold(current_owner())
+    if not in_transaction(database):
+        lock.release()
+        return
     kept = KeptHold(
         lock, hold, f"the end of its transaction on {database!r}", held_as(lock.using, lock.name)
     )
@@ -234,5 +244,10 @@ def hold_until_commit(lock: Lock, *, database: str | None = None) -> Iterator[Lo
     lock.__enter__()
     try:
         yield lock
-    finally:
+    except BaseException:
+        if not in_transaction(database):
+            lock.__exit__(*sys.exc_info())
+            raise
         release_on_commit(lock, database=database)
+        raise
+    release_on_commit(lock, database=database)

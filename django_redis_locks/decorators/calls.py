@@ -26,7 +26,7 @@ from django_redis_locks.core.errors import (
     LockNotReplicated,
 )
 from django_redis_locks.core.lock import Lock
-from django_redis_locks.transactions import hand_over, waiting_hold
+from django_redis_locks.transactions import hand_over, in_transaction, waiting_hold
 
 from .callers import (
     label_of,
@@ -184,9 +184,9 @@ class Guard:
         return keep_until_done(result, kept)
 
     def _handed_over(self, lock: Lock) -> bool:
-        """With ``release_on_commit``: hand the call's hold to its transaction (released at
-        once outside one; see :mod:`django_redis_locks.transactions`)."""
-        if self.database is None:
+        """With ``release_on_commit``, inside a transaction: hand the call's hold to it (see
+        :mod:`django_redis_locks.transactions`). False: release it as usual."""
+        if self.database is None or not in_transaction(self.database):
             return False
         hold = lock._current_hold()
         if hold is None:  # (nothing to keep: release as usual, which says why)

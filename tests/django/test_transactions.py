@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 from django.db import transaction
+from django.db.transaction import TransactionManagementError
 
 from django_redis_locks import (
     InvalidArgument,
     InvalidArgumentType,
     Lock,
+    LockLost,
     LockNotAcquired,
     LockNotOwned,
     redis_lock,
@@ -290,3 +292,26 @@ def test_in_a_test_case_captured_commit_callbacks_release_the_hold(
         update(7)
         assert held()
     assert not held()
+
+
+@redis_lock("invoice:{pk}", release_on_commit=True)
+def evicted_update(pk: int) -> None:
+    info = get_lock(f"invoice:{pk}")
+    assert info is not None
+    assert force_release(f"invoice:{pk}", info.holder_id, by="an operator")
+
+
+def test_outside_a_transaction_a_lost_hold_raises_as_without_the_option() -> None:
+    with pytest.raises(LockLost):
+        evicted_update(7)
+
+
+def test_with_autocommit_off_the_call_is_refused_as_on_commit_is_and_the_hold_released() -> None:
+    transaction.set_autocommit(False)
+    try:
+        with pytest.raises(TransactionManagementError, match="manual transaction management"):
+            update(7)
+        assert not held()
+    finally:
+        transaction.rollback()
+        transaction.set_autocommit(True)
