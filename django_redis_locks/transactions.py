@@ -50,11 +50,13 @@ from __future__ import annotations
 import logging
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.transaction import TransactionManagementError
 
 from django_redis_locks.core.errors import (
     InvalidArgument,
@@ -65,8 +67,7 @@ from django_redis_locks.core.lock import Lock
 from django_redis_locks.core.runtime.driver import drive
 from django_redis_locks.core.runtime.ownership import current_owner
 
-from .decorators.kept_holds import KeptHold
-from .decorators.nesting import HeldAs, held_as
+from .kept import HeldAs, KeptHold, held_as
 
 __all__ = ["hold_until_commit", "release_on_commit"]
 
@@ -84,10 +85,25 @@ class PendingHold:
     def __init__(self, kept: KeptHold, pending: dict[HeldAs, PendingHold]) -> None:
         self.kept = kept
         self._pending = pending  # the connection's list, left on release
+        #: The commit callback (weakly: its being freed is what releases a rolled-back hold).
+        self.callback: weakref.ReferenceType[Callable[[], None]] | None = None
+
+    def waiting(self, connection: BaseDatabaseWrapper) -> bool:
+        """Whether the transaction that ``connection`` runs now still waits to run this
+        hold's commit callback. Not when that transaction ended without running it: a
+        commit whose earlier ``on_commit`` callback raised skips the later ones (Django), and
+        a rollback drops them, which releases the hold only once the callback is freed (at
+        once, unless an exception's traceback keeps it). Such a hold is released now."""
+        callback = self.callback() if self.callback is not None else None
+        if callback is not None and any(e[1] is callback for e in connection.run_on_commit):
+            return True
+        self.rolled_back()
+        return False
 
     def alive(self) -> bool:
         """Whether Redis still has the hold (one round trip). One that ended (lost, or
-        released by its owner's own call) leaves the list."""
+        released by its owner's own call) leaves the list. Raises LockBackendError if Redis
+        cannot tell."""
         if not self.kept.hold.active:
             self._leave()
             return False
@@ -173,24 +189,35 @@ def check_renewed(auto_renew: bool, what: str) -> None:
 def waiting_hold(using: str | None, name: str, database: str) -> PendingHold | None:
     """The hold of ``name`` (on the cache alias ``using``) that this thread's transaction on
     ``database`` keeps for its commit, if Redis still has it; else None."""
-    if not connections[database].in_atomic_block:
+    connection = connections[database]
+    if not connection.in_atomic_block:
         return None
     pending = _pending_list(database).get(held_as(using, name))
-    return pending if pending is not None and pending.alive() else None
+    if pending is None or not pending.waiting(connection):
+        return None
+    return pending if pending.alive() else None
 
 
 def in_transaction(database: str) -> bool:
-    """Whether this thread's connection to ``database`` has a transaction whose end a hold
-    should wait for: inside ``atomic()``, or with autocommit off (where ``on_commit``
-    refuses to help: :func:`hand_over` says so). Otherwise a hold is released as usual."""
+    """Whether this thread's connection to ``database`` runs an ``atomic()`` block, whose
+    end a hold should wait for; otherwise a hold is released as usual. Raises
+    TransactionManagementError with autocommit off outside ``atomic()`` (manual transaction
+    management), where Django cannot tell when the transaction commits."""
     connection = connections[database]
-    return connection.in_atomic_block or not connection.get_autocommit()
+    if connection.in_atomic_block:
+        return True
+    if not connection.get_autocommit():
+        raise TransactionManagementError(
+            f"a hold released on commit needs transaction.atomic() on {database!r}: with "
+            "autocommit off, Django cannot tell when the transaction commits"
+        )
+    return False
 
 
 def hand_over(kept: KeptHold, database: str) -> None:
-    """Release ``kept`` when the transaction of ``database`` in this thread ends (see
-    :func:`in_transaction`). Raises what ``on_commit`` raises (manual transaction management),
-    after releasing the hold."""
+    """Release ``kept`` when the transaction of ``database`` in this thread ends (the caller
+    checked :func:`in_transaction`). Raises what ``on_commit`` raises, after releasing the
+    hold."""
     pending_list = _pending_list(database)
     pending = PendingHold(kept, pending_list)
 
@@ -199,6 +226,7 @@ def hand_over(kept: KeptHold, database: str) -> None:
 
     finalizer = weakref.finalize(release_on_commit, pending.rolled_back)
     finalizer.atexit = False  # (at exit the renewal stops: the hold runs out by its TTL)
+    pending.callback = weakref.ref(release_on_commit)
     pending_list[kept.held_as] = pending
     try:
         connections[database].on_commit(release_on_commit, robust=True)
@@ -214,7 +242,8 @@ def release_on_commit(lock: Lock, *, database: str | None = None) -> None:
     released now, as ``lock.release()`` does (and raises what that raises).
 
     Raises LockNotOwned if this thread holds nothing, InvalidArgument if ``lock`` is not
-    auto-renewed or ``database`` is no alias of ``DATABASES``."""
+    auto-renewed or ``database`` is no alias of ``DATABASES``, TransactionManagementError
+    with autocommit off outside ``atomic()`` (the hold left as it is)."""
     database = check_database(database)
     check_renewed(lock.auto_renew, "lock")
     hold = lock._require_hold(current_owner())
@@ -235,9 +264,11 @@ def hold_until_commit(lock: Lock, *, database: str | None = None) -> Iterator[Lo
     that keeps a hold of this name for its commit already, the block runs under that hold.
 
     Raises InvalidArgument if ``lock`` is not auto-renewed or ``database`` is no alias of
-    ``DATABASES``."""
+    ``DATABASES``, TransactionManagementError with autocommit off outside ``atomic()``
+    (before taking anything)."""
     database = check_database(database)
     check_renewed(lock.auto_renew, "lock")
+    in_transaction(database)  # (refuses manual transaction management before anything)
     if waiting_hold(lock.using, lock.name, database) is not None:
         yield lock
         return

@@ -61,12 +61,18 @@ def graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         targets = set()
         for imported in imports_of(path):
-            # an import of a.b.c runs a, a.b and a.b.c: count the deepest module of ours
+            # an import of a.b.c runs a, a.b and a.b.c: count the deepest module of ours and
+            # the packages above it (their __init__ runs first), but those of the importer
+            # itself, which are running already
             target = imported
             while target and target not in modules:
                 target = target.rpartition(".")[0]
-            if target and target != name and not name.startswith(target + "."):
-                targets.add(target)
+            while target:
+                if target != name and not name.startswith(target + "."):
+                    targets.add(target)
+                target = target.rpartition(".")[0]
+                if target not in modules:
+                    break
         edges[name] = targets
     return edges
 

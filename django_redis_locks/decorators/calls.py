@@ -115,10 +115,13 @@ class Guard:
             return self._call(lock, args, kwargs)
 
     def _call(self, lock: Lock, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self.database is not None and waiting_hold(
-            self.options["using"], lock.name, self.database
-        ):
-            return self.func(*args, **kwargs)  # under the hold its transaction keeps
+        if self.database is not None and in_transaction(self.database):  # (or refuses)
+            try:
+                waiting = waiting_hold(self.options["using"], lock.name, self.database)
+            except LockBackendError as error:
+                return self._redis_failed(error, lock, args, kwargs)
+            if waiting is not None:
+                return self.func(*args, **kwargs)  # under the hold its transaction keeps
         try:
             lock.__enter__()
         except (LockBackendError, LockNotReplicated) as error:

@@ -15,22 +15,14 @@ import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django_redis_locks.conf import get_config
 from django_redis_locks.core.errors import LockAlreadyHeld
+from django_redis_locks.kept import HeldAs, held_as
 
 __all__ = ["HeldAs", "continuing", "ended", "held_as", "holding"]
-
-#: A hold as nesting knows it: (cache alias, lock name).
-HeldAs = tuple[str, str]
 
 _held_here: contextvars.ContextVar[frozenset[HeldAs]] = contextvars.ContextVar(
     "django_redis_locks_held_here", default=frozenset()
 )
-
-
-def held_as(using: str | None, name: str) -> HeldAs:
-    """``name`` on the alias ``using`` (None: the ``CACHE_ALIAS`` setting's, as for the lock)."""
-    return (using or get_config().cache_alias, name)
 
 
 @contextmanager

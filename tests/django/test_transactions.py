@@ -306,12 +306,80 @@ def test_outside_a_transaction_a_lost_hold_raises_as_without_the_option() -> Non
         evicted_update(7)
 
 
-def test_with_autocommit_off_the_call_is_refused_as_on_commit_is_and_the_hold_released() -> None:
+def test_with_autocommit_off_outside_atomic_the_call_is_refused_before_it_runs() -> None:
+    """Manual transaction management: Django cannot tell when the transaction commits, so a
+    hold released on commit is refused before the lock is taken or the function run (an
+    outside review saw the function run, its result dropped and on_commit's error raised)."""
+    ran: list[int] = []
+
+    @redis_lock("invoice:{pk}", release_on_commit=True)
+    def counted(pk: int) -> None:
+        ran.append(pk)
+
     transaction.set_autocommit(False)
     try:
-        with pytest.raises(TransactionManagementError, match="manual transaction management"):
-            update(7)
-        assert not held()
+        with pytest.raises(TransactionManagementError, match=r"needs transaction\.atomic"):
+            counted(7)
+        with (
+            pytest.raises(TransactionManagementError, match=r"needs transaction\.atomic"),
+            hold_until_commit(Lock(NAME, auto_renew=True)),
+        ):
+            ran.append(0)
+        lock = Lock(NAME, auto_renew=True)
+        lock.acquire()
+        with pytest.raises(TransactionManagementError, match=r"needs transaction\.atomic"):
+            release_on_commit(lock)
+        assert held(), "release_on_commit refused: the hold is left to its owner"
+        lock.release()
     finally:
         transaction.rollback()
         transaction.set_autocommit(True)
+    assert ran == []
+    assert not held()
+
+
+def test_a_commit_whose_earlier_callback_raised_leaves_no_hold_for_the_next_transaction() -> None:
+    """An outside review: Django skips the commit callbacks after one that raises, the
+    release included, and the skipped callback lives as long as the exception's traceback;
+    the thread's next transaction then ran under that hold, which a garbage collection
+    released in its midst. The next transaction finds the hold no longer waits for its
+    commit, releases it and takes its own."""
+    kept: list[BaseException] = []
+
+    def failing() -> None:
+        raise RuntimeError("mail server down")
+
+    with pytest.raises(RuntimeError) as caught, transaction.atomic():
+        transaction.on_commit(failing)
+        update(7)
+    kept.append(caught.value)  # (the traceback, and the skipped callback, stay alive)
+    with transaction.atomic():
+        first = get_lock(NAME)
+        assert update(7) is True
+        second = get_lock(NAME)
+        assert first is not None and second is not None
+        assert second.holder_id != first.holder_id, "ran under the last transaction's hold"
+    assert not held()
+    kept.clear()
+
+
+def test_a_later_call_in_the_transaction_follows_the_redis_error_policy(
+    settings: Any, make_server: Any, namespace: str
+) -> None:
+    """An outside review: with Redis down, the later call of a name the transaction holds
+    raised LockBackendError whatever ``on_redis_error`` said; it follows the policy now."""
+    server = make_server()
+    settings.CACHES = {
+        **settings.CACHES,
+        "flaky": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url},
+    }
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "flaky", "NAMESPACE": namespace}
+
+    @redis_lock("flaky:{pk}", release_on_commit=True, on_redis_error="fail_open")
+    def flaky(pk: int) -> int:
+        return pk
+
+    with transaction.atomic():
+        assert flaky(1) == 1
+        server.stop()
+        assert flaky(1) == 1  # fails open, as a fresh call would
