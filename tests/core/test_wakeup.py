@@ -12,7 +12,7 @@ import time
 import pytest
 import redis
 
-from django_redis_locks import Lock
+from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
 from tests.harness.acl import CLIENT_COMMANDS, SCRIPT_COMMANDS, AclUser
 from tests.harness.servers import hub_has_waiter, wait_until
@@ -277,3 +277,50 @@ def test_a_listener_thread_that_died_is_reported_and_started_again(
     woken_after = asyncio.run(scenario())
     assert listener_warnings(caplog, "failed; waiters fall back to re-checks", namespace)
     assert woken_after < 0.5  # woken, not re-checked
+
+
+def test_every_sync_waiter_of_a_process_is_woken_when_several_slots_free_at_once(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outside review: with three slots freed at once and three blocked threads of one
+    process admitted, only the first two were woken; the third waited for its re-check. The
+    reader that left handed the reading on to a waiter that was not blocked (woken already,
+    on its way to its acquire), so nobody read the third message. Re-checks are made 5 s apart
+    here, so a missed wake-up shows."""
+    monkeypatch.setattr(Semaphore, "recheck_seconds", 5.0)
+    for round_ in range(3):  # (which waiter reads when is a race: three rounds)
+        _three_slots_freed_at_once(backend, f"slots{round_}")
+
+
+def _three_slots_freed_at_once(backend: Backend, name: str) -> None:
+    holders = [Semaphore(name, 3, client=backend, timeout=30) for _ in range(3)]
+    for holder in holders:
+        assert holder.acquire(blocking=False)
+    acquired: list[float] = []
+    mutex = threading.Lock()
+
+    def wait_for_a_slot() -> None:
+        semaphore = Semaphore(name, 3, client=backend, timeout=30)
+        assert semaphore.acquire(timeout=20)
+        with mutex:
+            acquired.append(time.monotonic())
+        semaphore.release()
+
+    threads = [threading.Thread(target=wait_for_a_slot) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    wait_until(
+        lambda: (
+            sum(1 for key in list(backend.hub()._waiters) if key.startswith(f"sem:{name}#")) == 3
+        ),
+        timeout=10,
+        what="three waiters registered",
+    )
+    time.sleep(0.1)  # (each past its first attempt, blocked in its wait)
+    released = time.monotonic()
+    for holder in holders:
+        holder.release()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(acquired) == 3
+    assert max(acquired) - released < 2.0, [round(t - released, 3) for t in acquired]

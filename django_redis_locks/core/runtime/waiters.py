@@ -26,7 +26,7 @@ class Hub(Protocol):
 class SyncWaiter:
     """A thread's (or greenlet's) registration for wake-ups under one key."""
 
-    __slots__ = ("_event", "_news", "_woken", "hub", "member")
+    __slots__ = ("_event", "_news", "_woken", "blocked", "hub", "member")
 
     def __init__(self, hub: Hub, member: str) -> None:
         self.hub = hub
@@ -34,6 +34,9 @@ class SyncWaiter:
         self._event = threading.Event()
         self._news = ""
         self._woken = False
+        #: In the hub's wait, not reading: the one kind of waiter a reader that leaves may
+        #: hand the reading on to (one on its way to its acquire would not read).
+        self.blocked = False
 
     def wake(self, news: str = "") -> None:
         self._news = news  # the latest message counts

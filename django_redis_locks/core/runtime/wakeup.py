@@ -147,7 +147,11 @@ class WakeupHub:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
+            # Blocked before it tries to read: a reader that leaves after this try failed
+            # finds it blocked and hands it the reading (see _hand_reading_on).
+            waiter.blocked = True
             if self._reader.acquire(blocking=False):
+                waiter.blocked = False
                 try:
                     while not waiter._woken and (left := deadline - time.monotonic()) > 0:
                         self._subscription.read(min(left, _POLL_SECONDS))
@@ -155,7 +159,10 @@ class WakeupHub:
                     self._reader.release()
                     self._hand_reading_on(waiter)
             else:
-                waiter._event.wait(left)
+                try:
+                    waiter._event.wait(left)
+                finally:
+                    waiter.blocked = False
 
     async def await_ready(self, timeout: float) -> bool:
         """Asyncio twin of :meth:`wait_ready` (the listener thread reads)."""
@@ -179,11 +186,18 @@ class WakeupHub:
 
     def _hand_reading_on(self, leaving: SyncWaiter | None) -> None:
         """The reader left: let another blocked sync waiter read (the listener thread, if
-        it runs, reads anyway)."""
+        it runs, reads anyway). Only a blocked one: a waiter that is not (woken, on its way
+        to its acquire) would not read, and the messages for the others would wait for
+        their re-checks; one that blocks later reads, as nobody else does."""
         with self._mutex:
             for group in self._waiters.values():
                 for other in group:
-                    if other is not leaving and isinstance(other, SyncWaiter) and not other._woken:
+                    if (
+                        other is not leaving
+                        and isinstance(other, SyncWaiter)
+                        and other.blocked
+                        and not other._woken
+                    ):
                         other.poke()
                         return
 
