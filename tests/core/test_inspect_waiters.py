@@ -21,6 +21,8 @@ import redis
 
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
+from django_redis_locks.core.protocol.holder import holder_id
+from django_redis_locks.core.protocol.replies import Contended
 from django_redis_locks.inspection import (
     WaiterInfo,
     get_lock,
@@ -28,6 +30,7 @@ from django_redis_locks.inspection import (
     list_locks,
     list_semaphores,
 )
+from tests.core.test_lock_queue import ask
 from tests.harness.servers import wait_until
 
 
@@ -215,3 +218,43 @@ def test_the_metadata_says_whether_and_how_often_a_hold_is_renewed(
     assert (info.renewed, info.renewed_every, info.label) == (renewed, every, "job")
     assert primitive.metadata == metadata  # the caller's own metadata is left as given
     primitive.release()
+
+
+def test_a_waiter_whose_place_ran_out_is_not_listed(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """A waiter that stopped asking (its process died) keeps its place until the lease runs
+    out and a script drops it; meanwhile the listing leaves it out, and counts only the live
+    one behind it."""
+    holder = Lock("dead-waiter", client=backend, timeout=30)
+    assert holder.acquire(blocking=False)
+    keys = backend.keys.lock("dead-waiter")
+    assert isinstance(ask(backend, keys, "gone-away", 100), Contended)
+    assert isinstance(ask(backend, keys, "still-here", 20_000), Contended)
+
+    def lease_over() -> bool:
+        seconds, micros = redis_client.time()
+        lease = redis_client.zscore(keys.leases, "gone-away")
+        return lease is not None and lease < seconds * 1000 + micros // 1000
+
+    wait_until(lease_over, timeout=5, what="the first place's lease to run out")
+    info = get_lock("dead-waiter", client=backend)
+    assert info is not None
+    assert info.waiting == 1
+    assert [w.holder_id for w in info.waiters] == [holder_id("still-here")]
+    holder.release()
+
+
+def test_a_listing_forgets_an_expired_registry_entry_from_both_lists(
+    backend: Backend, redis_client: redis.Redis
+) -> None:
+    """The registry's name list and expiry list hold the same members: a listing that drops
+    an expired entry drops it from both (lib/registry's registry_prune)."""
+    lock = Lock("short-lived", client=backend, timeout=30)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    registry = backend.keys.lock("short-lived").registry
+    redis_client.zadd(registry.expiry, {"lock:short-lived": 1})  # (its entry long expired)
+    list_locks(client=backend)
+    assert redis_client.zscore(registry.expiry, "lock:short-lived") is None
+    assert redis_client.zscore(registry.names, "lock:short-lived") is None

@@ -179,6 +179,30 @@ UNKILLABLE = {
         "if #entries > GONE_KEEP then",
     ): "equivalent: the rebuild (a hold that ended twice) drops that hold's old entry, so the "
     "list it rebuilds never has more than GONE_KEEP entries to keep",
+    (
+        "lib/semaphore.lua",
+        "last = holder[2] and tonumber(holder[2]) or 0",
+        "last = holder[2] and tonumber(holder[2]) or 1",
+    ): "equivalent: last is only compared with now_ms and with 0 when the holders' key is "
+    "empty: 0 and 1 are both past, and the PEXPIRE of a key that does not exist does nothing",
+    (
+        "lib/lock.lua",
+        "if own > now_ms then  -- handed the lock, not yet confirmed: it holds",
+        "if own >= now_ms then  -- handed the lock, not yet confirmed: it holds",
+    ): "outside the promises: a listing's count of waiters, off by one only in the very "
+    "millisecond the lease of a waiter handed the lock ends",
+    (
+        "lib/registry.lua",
+        "local REGISTRY_PRUNE = 16",
+        "local REGISTRY_PRUNE = 17",
+    ): "outside the promises: how many expired registry entries a new entry drops now and then "
+    "(one more; bounded work either way, and listings drop them all before they read)",
+    (
+        "lib/gone.lua",
+        "cut = string.find(list, ' ', cut + 1, true)",
+        "cut = string.find(list, ' ', cut + 2, true)",
+    ): "equivalent: the character after a separating space starts an entry, never a space "
+    "(entries are 17 characters or more)",
 }
 _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _FLIP = {">": ">=", ">=": ">", "<": "<=", "<=": "<", "==": "~=", "~=": "=="}
