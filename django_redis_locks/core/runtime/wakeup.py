@@ -147,9 +147,7 @@ class WakeupHub:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            # Blocked before it tries to read: a reader that leaves after this try failed
-            # finds it blocked and hands it the reading (see _hand_reading_on).
-            waiter.blocked = True
+            waiter.blocked = True  # (before the try: a reader leaving after it pokes it)
             if self._reader.acquire(blocking=False):
                 waiter.blocked = False
                 try:
@@ -185,10 +183,8 @@ class WakeupHub:
         return True
 
     def _hand_reading_on(self, leaving: SyncWaiter | None) -> None:
-        """The reader left: let another blocked sync waiter read (the listener thread, if
-        it runs, reads anyway). Only a blocked one: a waiter that is not (woken, on its way
-        to its acquire) would not read, and the messages for the others would wait for
-        their re-checks; one that blocks later reads, as nobody else does."""
+        """The reader left: let another sync waiter blocked in its wait read (the listener
+        thread, if it runs, reads anyway); one on its way to its acquire would not read."""
         with self._mutex:
             for group in self._waiters.values():
                 for other in group:
