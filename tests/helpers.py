@@ -19,7 +19,7 @@ import redis
 from django_redis_locks.core import Backend, Lock, Semaphore
 from tests.harness.clients import sync_from_url
 from tests.harness.proxy import ReplyProxy
-from tests.harness.servers import hub_has_waiter, wait_until
+from tests.harness.servers import hub_listens_for, wait_until
 
 
 def seconds_to_wake_a_waiter(backend: Backend, name: str) -> float:
@@ -39,7 +39,7 @@ def seconds_to_wake_a_waiter(backend: Backend, name: str) -> float:
     thread = threading.Thread(target=wait)
     thread.start()
     member = waiter._keys_for(backend).member
-    wait_until(lambda: hub_has_waiter(backend, member), timeout=5, what="the waiter")
+    wait_until(lambda: hub_listens_for(backend, member), timeout=10, what="the waiter")
     released_at = time.monotonic()
     holder.release()
     thread.join(15)

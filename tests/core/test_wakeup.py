@@ -15,12 +15,12 @@ import redis
 from django_redis_locks import Lock, Semaphore
 from django_redis_locks.core import Backend
 from tests.harness.acl import CLIENT_COMMANDS, SCRIPT_COMMANDS, AclUser
-from tests.harness.servers import hub_has_waiter, wait_until
+from tests.harness.servers import hub_has_waiter, hub_listens_for, wait_until
 
 
 def waiting(backend: Backend, lock: Lock) -> bool:
-    member = lock._keys_for(backend).member
-    return hub_has_waiter(backend, member)
+    """A waiter of ``lock``'s name is registered and its subscription confirmed."""
+    return hub_listens_for(backend, lock._keys_for(backend).member)
 
 
 def evalsha_calls(client: redis.Redis) -> int:
@@ -203,6 +203,10 @@ def test_a_refused_subscribe_is_logged_once_at_warning_and_retried(
 def test_a_message_that_cannot_be_passed_on_is_reported_and_the_waiter_rechecks(
     backend: Backend, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Re-checks are 3 s apart and the release comes once the waiter reads the subscription:
+    the message is read before any re-check (with re-checks 1 s apart, a loaded CI machine
+    once saw the waiter take the lock at a re-check before it read the message)."""
+    monkeypatch.setattr(Lock, "recheck_seconds", 3.0)
     holder = Lock("phoenix", client=backend, timeout=10)
     waiter = Lock("phoenix", client=backend, timeout=10)
     hub = backend.hub()
@@ -218,15 +222,16 @@ def test_a_message_that_cannot_be_passed_on_is_reported_and_the_waiter_rechecks(
     result: list[bool] = []
 
     def wait_once() -> None:
-        result.append(waiter.acquire(timeout=5))  # no exception: it re-checks
+        result.append(waiter.acquire(timeout=10))  # no exception: it re-checks
         waiter.release()
 
     thread = threading.Thread(target=wait_once)
     thread.start()
-    wait_until(lambda: waiting(backend, waiter), timeout=5, what="waiter registered")
+    wait_until(lambda: waiting(backend, waiter), timeout=10, what="waiter registered")
+    wait_until(hub._reader.locked, timeout=10, what="the waiter reads the subscription")
     holder.release()
     assert broken.wait(5)
-    thread.join(timeout=10)
+    thread.join(timeout=15)
     assert result == [True]
     assert listener_warnings(caplog, "failed to pass a message on", backend.keys.namespace)
 

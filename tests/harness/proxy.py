@@ -11,6 +11,8 @@ the server and closes its connection (the client resends it on a new one);
 ``deliver_withheld()`` sends it to the server later, on a connection of its own, as TCP
 delivers a closed socket's unsent data, or a proxy or a paused server reads a request late.
 ``partition()`` also refuses new connections and stalls every open one until it ends.
+``holding_requests()`` keeps every client's requests back until it ends (nothing a client sends
+in it can run between the commands a test runs on another connection meanwhile).
 toxiproxy and tc netem are not available here; this is the small part of them the tests need.
 """
 
@@ -53,6 +55,7 @@ class ReplyProxy:
         self.withheld: list[bytes] = []
         self._healed = threading.Event()
         self._healed.set()
+        self._request_gate = threading.Lock()  # held by holding_requests(); pumps pass it
 
     def __enter__(self) -> Self:
         return self.start()
@@ -136,6 +139,14 @@ class ReplyProxy:
         server, and close its connection, once (see :meth:`deliver_withheld`)."""
         with self._mutex:
             self._withhold = containing
+
+    @contextlib.contextmanager
+    def holding_requests(self) -> Iterator[None]:
+        """Inside the block no request reaches the server: each waits in its pump and goes on
+        after the block. Once the block is entered, no request is half-way through
+        the proxy (a pump sends while it holds the gate)."""
+        with self._request_gate:
+            yield
 
     def deliver_withheld(self, timeout: float = 5.0) -> bytes:
         """Send the oldest withheld request to the server on a new connection; its reply."""
@@ -235,7 +246,10 @@ class ReplyProxy:
                         with self._mutex:
                             self.delayed_chunks += 1
                         time.sleep(delay)  # the injected latency itself
-                target.sendall(data)
+                    target.sendall(data)
+                else:
+                    with self._request_gate:
+                        target.sendall(data)
         except OSError:
             pass
         finally:

@@ -855,3 +855,10 @@ def hub_has_waiter(backend: Any, member: str) -> bool:
     """Whether the backend's wake-up listener has a waiter for ``member`` ("lock:<name>"):
     waiters register as "<member>#<holder id>"."""
     return any(key.rpartition("#")[0] == member for key in list(backend.hub()._waiters))
+
+
+def hub_listens_for(backend: Any, member: str) -> bool:
+    """Whether a waiter for ``member`` is registered and its process's subscription is
+    confirmed: a release from now on reaches it by a message (a waiter whose subscription
+    lags past 1 s queues anyway and re-checks, as on a loaded machine)."""
+    return hub_has_waiter(backend, member) and bool(backend.hub().ready)
