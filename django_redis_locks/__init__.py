@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import inspection as _inspection
 from .core import (
+    AlreadyQueued,
     Backend,
     HolderInfo,
     InvalidArgument,
@@ -28,12 +29,17 @@ from .core import (
     SemaphoreFull,
     SemaphoreInfo,
     SemaphoreLimitMismatch,
+    ahand_off,
+    atake_over,
+    hand_off,
+    take_over,
 )
 from .core.connection.backend import set_default_resolver
 
 if TYPE_CHECKING:  # for type checkers only: at run time these load on first use
     from .commands import SemaphoreCommandMixin
     from .decorators import SKIPPED, redis_lock
+    from .unique import unique_task
 
 __version__ = "0.1.0.dev0"
 
@@ -42,10 +48,12 @@ _DJANGO_NAMES = {
     "SKIPPED": "django_redis_locks.decorators",
     "redis_lock": "django_redis_locks.decorators",
     "SemaphoreCommandMixin": "django_redis_locks.commands",
+    "unique_task": "django_redis_locks.unique",
 }
 
 __all__ = [
     "SKIPPED",
+    "AlreadyQueued",
     "Backend",
     "HolderInfo",
     "InvalidArgument",
@@ -65,7 +73,12 @@ __all__ = [
     "SemaphoreFull",
     "SemaphoreInfo",
     "SemaphoreLimitMismatch",
+    "ahand_off",
+    "atake_over",
+    "hand_off",
     "redis_lock",
+    "take_over",
+    "unique_task",
 ]
 
 

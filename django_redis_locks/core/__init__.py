@@ -5,6 +5,7 @@ Never imports Django. The module map (each package groups what changes together)
     lock, semaphore      the public primitives; primitive: what both share (options, the
                          sync and asyncio API, the acquire); holding, its base: the holds
                          per owner, release, checks, events
+    handoff              a lock's hold handed from one owner (or process) to another
     registry, info       listings and force-release; the records they return
     events               the one seam for whoever listens: signals, testing, exporters
     errors, validation   the one error hierarchy; argument checks
@@ -48,6 +49,7 @@ on runtime.wakeup.
 
 from .connection.backend import Backend
 from .errors import (
+    AlreadyQueued,
     InvalidArgument,
     InvalidArgumentType,
     LockAlreadyHeld,
@@ -61,11 +63,13 @@ from .errors import (
     SemaphoreFull,
     SemaphoreLimitMismatch,
 )
+from .handoff import ahand_off, atake_over, hand_off, take_over
 from .info import HolderInfo, Page, SemaphoreInfo
 from .lock import Lock
 from .semaphore import Semaphore
 
 __all__ = [
+    "AlreadyQueued",
     "Backend",
     "HolderInfo",
     "InvalidArgument",
@@ -84,4 +88,8 @@ __all__ = [
     "SemaphoreFull",
     "SemaphoreInfo",
     "SemaphoreLimitMismatch",
+    "ahand_off",
+    "atake_over",
+    "hand_off",
+    "take_over",
 ]

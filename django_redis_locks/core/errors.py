@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "AlreadyQueued",
     "InvalidArgument",
     "InvalidArgumentType",
     "LockAlreadyHeld",
@@ -63,6 +64,20 @@ class LockNotAcquired(LockError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class AlreadyQueued(LockNotAcquired):
+    """A unique task with these arguments is queued or running already: nothing was enqueued.
+
+    ``task_id`` is that task's id when known (None in the moment between another enqueue's
+    taking the name and its task's being stored).
+    """
+
+    def __init__(
+        self, message: str, *, task_id: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.task_id = task_id
 
 
 class LockNotReplicated(LockNotAcquired):

@@ -150,6 +150,26 @@ class Holding(Telling, Generic[K]):
 
     def _grant(self, request: Request[Any], result: replies.Acquired, started: float) -> None:
         """Record the hold; ``started`` is a local time no later than the grant."""
+        hold = Hold(
+            token=request.token,
+            fence=result.fence,
+            ttl=request.ttl,
+            expires_at=started + result.ttl_ms / 1000,
+            owner=weakref.ref(request.owner),
+            backend=request.backend,
+            keys=request.keys,
+            copies_until=request.copies_until,
+        )
+        request.copies_until = 0.0  # (the hold's to watch now)
+        self._record(
+            hold,
+            request.owner,
+            waited=hold.granted_at - request.asked_at,
+            handed_over=result.retried,
+        )
+
+    def _record(self, hold: Hold, owner: Any, *, waited: float, handed_over: bool) -> None:
+        """Make ``hold`` the owner's: renewed (with ``auto_renew``), told as acquired."""
         self_ref = weakref.ref(self)
 
         def on_lost(reason: str) -> None:
@@ -162,20 +182,9 @@ class Holding(Telling, Generic[K]):
             if primitive is not None:
                 primitive._emit("renew_failed", hold, reason=reason)
 
-        hold = Hold(
-            token=request.token,
-            fence=result.fence,
-            ttl=request.ttl,
-            expires_at=started + result.ttl_ms / 1000,
-            owner=weakref.ref(request.owner),
-            backend=request.backend,
-            keys=request.keys,
-            on_lost=on_lost,
-            copies_until=request.copies_until,
-        )
-        request.copies_until = 0.0  # (the hold's to watch now)
+        hold.on_lost = on_lost
         try:
-            self._holds.put(request.owner, hold)
+            self._holds.put(owner, hold)
             if self.auto_renew:
                 hold.renewed = True
                 hold.on_renew_failed = on_renew_failed
@@ -195,12 +204,7 @@ class Holding(Telling, Generic[K]):
                     hold.holder_id,
                     hold.fence,
                 )
-            self._emit(
-                "acquired",
-                hold,
-                waited=hold.granted_at - request.asked_at,
-                handed_over=result.retried,
-            )
+            self._emit("acquired", hold, waited=waited, handed_over=handed_over)
         except BaseException:
             # Interrupted (Ctrl-C) while recording: the acquire raises, and undoes the grant
             # in Redis (see acquiring.acquire_steps); the caller knows of no hold, so neither

@@ -203,7 +203,7 @@ class Lock(Primitive[LockKeys]):
             request.metadata,
             queue=queue,
             lease_ms=protocol.WAITER_LEASE_MS,
-            session=_session(request.owner),
+            session=session_of(request.owner),
             slice_ms=self._slice_ms,
             channel=self._channel(request) if queue else "-",
             deadline_ms=deadline_ms,
@@ -286,7 +286,7 @@ class Lock(Primitive[LockKeys]):
         return protocol.decode_state((yield Eval(protocol.state_call(keys, token))))
 
 
-def _session(owner: object) -> str:
+def session_of(owner: object) -> str:
     """Names the asking thread, greenlet or task, for slices: the same for all its acquires,
     and never another's (not its ``id()``: a later owner at the same address would share it,
     and could take over this one's slice; nor its pid: another host's or container's process

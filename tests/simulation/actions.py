@@ -49,6 +49,7 @@ def next_action(sim: Simulation) -> Action | None:
         found.append((sim.deliveries[0][0], lambda: deliver(sim)))
     if sim.late:
         found.append((sim.late[0][0], lambda: late(sim)))
+    found += sim.handoffs.actions()
     for renewal in list(sim.renewer.renewals.values()):
         found.append((_ms(renewal.due), functools.partial(renew, sim, renewal)))
     for item in list(sim.renewer.reclaims):
@@ -68,6 +69,8 @@ def start(sim: Simulation, client: Client) -> None:
     semaphore = primitive if isinstance(primitive, Semaphore) else None
     hold = client.hold
     if hold is not None and hold.state is State.HELD and client.phase == "holding":
+        if lock is not None and sim.handoffs.hand_off(client):
+            return
         roll = rng.random()
         if roll < spec.extend and lock is not None:
             seconds = rng.choice((0.1, 1.0, 3.0))
@@ -119,6 +122,9 @@ def finished(sim: Simulation, client: Client, result: Any, error: BaseException 
     sim.log(f"{client.label} {kind} ends: {outcome}")
     acquired = kind == "acquire" and error is None and result.acquired
     sim.checker.op_ended(client, kind, acquired)
+    if kind == "take_over":
+        sim.handoffs.taken(client, result, error)
+        return
     if acquired:
         client.hold = client.primitive._holds.get(client.owner)
         sim.checker.granted(client)
@@ -141,6 +147,8 @@ def finished(sim: Simulation, client: Client, result: Any, error: BaseException 
     if client.hold is not None and client.hold.state is not State.HELD:
         client.hold = None
     client.phase = "holding" if client.hold is not None else "idle"
+    if client.role == "w" and client.hold is None:
+        client.phase = "done"  # a worker whose task's hold ended: its task is over
     client.wake_at = now + rng.randint(1, 100)
 
 
@@ -170,6 +178,8 @@ def late(sim: Simulation) -> None:
                 sim.faults["late_acquire_revived"] += 1
             elif values[:1] == [0] and int(values[2]) > 0:
                 sim.faults["late_acquire_queued"] += 1
+    if call.script.name == "lock_take_over":
+        sim.handoffs.late_copy(call, reply)
 
 
 def _send(sim: Simulation, call: Any) -> Any:
@@ -233,13 +243,19 @@ def operate(sim: Simulation) -> None:
         sim.log("operator: no live holder to force-release")
         return
     client, token = rng.choice(live)
+    force_release(sim, client, token, rng, "operator")
+
+
+def force_release(sim: Simulation, client: Client, token: str, rng: Any, who: str) -> None:
+    """Force-release ``token``'s live hold of ``client``'s name by its holder id, as the admin
+    and CLI do; half the time the request is sent twice (the second run must answer 3)."""
     keys, hid = client.primitive._keys_for(client.process.backend), holder_id(token)
     protocol: Any = lock_protocol if client.spec.kind == "lock" else semaphore_protocol
     call = protocol.release_call(keys, hid, forced=True)
     call = dataclasses.replace(call, args=(hid, "holder", f"{rng.getrandbits(32):08x}"))
     reply = sim.run_script(call)
     again = sim.run_script(call) if rng.random() < 0.5 else None
-    sim.log(f"operator force-releases {client.spec.kind} {client.spec.name} {hid} -> {reply!r}"
+    sim.log(f"{who} force-releases {client.spec.kind} {client.spec.name} {hid} -> {reply!r}"
             + ("" if again is None else f", resent -> {again!r}"))  # fmt: skip
     sim.checker.evicted.add(token)
     if reply != 1:

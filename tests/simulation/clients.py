@@ -166,10 +166,11 @@ class Client:
     wait_fault: str | None = None  # a fault that ends the pending Wait at wait_deadline
     token: str | None = None  # the token of the running acquire (from its script's ARGV)
     ticket: float | None = None  # its place in the queue, as first seen
+    role: str = "c"  # "c": a client of the config; "w": a worker a hand-off's task reached
 
     @property
     def label(self) -> str:
-        return f"c{self.cid}"
+        return f"{self.role}{self.cid}"
 
     def believes(self, now_ms: int) -> bool:
         """Whether the client believes, now, that it holds its primitive."""

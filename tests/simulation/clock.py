@@ -21,6 +21,7 @@ TIMED_MODULES = (
     "django_redis_locks.core.holding",
     "django_redis_locks.core.hold_events",
     "django_redis_locks.core.runtime.renewal",
+    "django_redis_locks.core.handoff",
 )
 
 

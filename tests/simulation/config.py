@@ -26,6 +26,7 @@ class SimConfig:
     operator: bool = False  # an operator force-releases a live holder now and then
     replace_extend: bool = False  # a lock's extend may set the TTL (replace=True)
     failover: bool = False  # a lagging replica is promoted once or twice (failover.py)
+    handoff: bool = False  # lock holders hand their holds off to workers (handoffs.py)
 
     @classmethod
     def draw(
@@ -37,6 +38,7 @@ class SimConfig:
         extras: bool | None = None,
         replace_extend: bool | None = None,
         failover: bool | None = None,
+        handoff: bool | None = None,
     ) -> SimConfig:
         """The seed's history. ``cluster``/``late`` None: DRL_SIM_CLUSTER (else a quarter of
         the seeds) and DRL_SIM_LATE (late copies of requests, on unless it is 0; see the
@@ -46,7 +48,8 @@ class SimConfig:
         is 0) lets it draw extends with replace=True too. ``failover`` (None: DRL_SIM_FAILOVER,
         off unless set) promotes a lagging replica once or twice a history (failover.py draws
         when and what from a generator of its own: the rest of the history is drawn as
-        without)."""
+        without). ``handoff`` (None: if ``extras``, drawn from a generator of its own, unless
+        DRL_SIM_HANDOFF=0) lets lock holders hand their holds off to workers (handoffs.py)."""
         rng = random.Random(seed)
         # 's3c1' shares the registry bucket of 'b': a new entry there meets another's entries
         names = [("lock", "a", 1), ("sem", "s1", 1), ("sem", "s2", 2), ("sem", "s3c1", 3)]
@@ -62,12 +65,16 @@ class SimConfig:
             cluster = env_flag("DRL_SIM_CLUSTER") or rng.random() < 0.25
         more, extras = random.Random(seed * 7919 + 0x0E7A), True if extras is None else extras
         operator, replacing = more.random() < 0.3, more.random() < 0.5
+        handing = random.Random(seed * 104_729 + 0x4A1D).random() < 0.6
+        if handoff is None:
+            handoff = extras and handing and env_flag("DRL_SIM_HANDOFF", default=True)
         if replace_extend is None:
             replace_extend = os.environ.get("DRL_SIM_REPLACE", "1").strip() not in ("0", "no")
         return cls(
             seed, steps, processes, clients, plan, cluster, tuple(range(count)),
             operator=extras and operator, replace_extend=replace_extend and replacing,
             failover=env_flag("DRL_SIM_FAILOVER") if failover is None else failover,
+            handoff=handoff,
         )  # fmt: skip
 
     def describe(self) -> list[str]:
@@ -76,8 +83,9 @@ class SimConfig:
             f"{'Cluster' if self.cluster else 'single server'} PUBLISH counts",
             f"faults: {self.plan.rates or 'none'}",
         ]
-        if self.operator or self.replace_extend or self.failover:
+        if self.operator or self.replace_extend or self.failover or self.handoff:
             extras = [("an operator force-releases", self.operator)]
+            extras.append(("lock holders hand off to workers", self.handoff))
             extras.append(("extends may replace the TTL", self.replace_extend))
             extras.append(("a lagging replica is promoted (failover)", self.failover))
             lines.append("; ".join(text for text, on in extras if on))
@@ -111,6 +119,8 @@ class SimConfig:
             line += " DRL_SIM_REPLACE=1"
         if self.failover:
             line += " DRL_SIM_FAILOVER=1"
+        if drawn.handoff and not self.handoff:
+            line += " DRL_SIM_HANDOFF=0"
         return line
 
 

@@ -31,6 +31,7 @@ from .clock import VirtualClock, virtual_time
 from .config import SimConfig
 from .failover import Failover
 from .faults import FaultLog
+from .handoffs import HandOffs
 from .invariants import Checker
 from .lua_prelude import TICK, simulated_scripts
 from .probe import PROBE, ScriptRun, probe_args
@@ -92,6 +93,7 @@ class Simulation:
         self.op_rng = random.Random(config.seed ^ 0x0FE4A7)  # the operator's, and extends'
         self.operator_at = self.clock.now_ms + self.op_rng.randint(200, 3000)
         self.failover = Failover(self)  # inert unless config.failover
+        self.handoffs = HandOffs(self)  # inert unless config.handoff
 
     # -- set-up ------------------------------------------------------------------------
     def _build(self) -> None:

@@ -60,7 +60,7 @@ redis.call('DEL', 'sim:exp')
 for i = 2, #ARGV, 2 do redis.call('RESTORE', ARGV[i], 0, ARGV[i + 1]) end
 return (#ARGV - 1) / 2
 """
-_GRANTS = ("lock_acquire", "sem_acquire", "lock_extend", "sem_refresh")
+_GRANTS = ("lock_acquire", "sem_acquire", "lock_extend", "sem_refresh", "lock_take_over")
 _TOLD = ("lock_extend", "sem_refresh", "lock_release", "sem_release", "lock_state")
 
 
@@ -96,8 +96,9 @@ class Failover:
         if not self.on:
             return
         self.writes += 1
-        if call.script.name in _GRANTS and _success(reply):
-            self.marks[str(call.args[0])] = self.writes
+        name = call.script.name
+        if name in _GRANTS and _success(reply):  # (a take-over's grant: its new token's)
+            self.marks[str(call.args[2 if name == "lock_take_over" else 0])] = self.writes
 
     def waited_for(self, client: Client, call: Any, reply: Any, acked: int) -> None:
         """A WAIT after an acquire reported ``acked`` replicas: they have every write so far."""

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 Found = list[tuple[str, str]]  # (invariant, detail)
 _ACQUIRE_SCRIPTS = ("lock_acquire", "sem_acquire")
+_NO_HOLD = ("acquire", "take-over")  # how an operation that got no hold ended (``ended``)
 #: A waiter that keeps asking in time sees at most this many grants to others per client of
 #: its name (waiters ahead of it, and slices of the holder's session) before its own.
 BYPASS_PER_CLIENT = 4
@@ -179,7 +180,7 @@ class Checker:
         found += state_invariants(snap)
         found += self.fences_increase(snap) + self.fifo(snap)
         found += self.free_name_given(snap) + self.ends_as_redis_saw(snap)
-        found += self.sim.failover.invariants(snap)
+        found += self.sim.failover.invariants(snap) + self.sim.handoffs.invariants(snap)
         for name, detail in found:
             self.violation(name, detail)
         return self.sim.history.failed
@@ -334,7 +335,7 @@ class Checker:
             if token in watched and now - since <= REVIVAL_MS:
                 continue
             name = f"{client.spec.kind} {client.spec.name!r}"
-            ended = f"acquire of {name} ended without a hold" if how == "acquire" else (
+            ended = f"{how} of {name} ended without a hold" if how in _NO_HOLD else (
                 f"hold of {name} ended ({how})"
             )  # fmt: skip
             where = "keeps it" if live else "keeps its place in the queue"
@@ -349,7 +350,10 @@ class Checker:
 
     # -- notes from the driver ----------------------------------------------------------
     def asking(self, client: Client, call: Any) -> None:
-        """The client's acquire script is about to run: note its token and when it asked."""
+        """The client's acquire script is about to run: note its token and when it asked (a
+        take-over's: its new token)."""
+        if call.script.name == "lock_take_over":
+            client.token = str(call.args[2])
         if call.script.name not in _ACQUIRE_SCRIPTS:
             return
         now, token = self.sim.clock.now_ms, str(call.args[0])
@@ -360,7 +364,7 @@ class Checker:
 
     def script_ran(self, run: ScriptRun) -> None:
         """A probed script ran: check its reply and what it changed."""
-        for name, detail in script_invariants(run):
+        for name, detail in script_invariants(run) + self.sim.handoffs.script_ran(run):
             self.violation(name, detail)
         if run.name in _ACQUIRE_SCRIPTS and isinstance(run.reply, list) and run.reply[:1] == [-3]:
             # Too late: it wrote nothing, its place's lease included, so it was no ask in time.

@@ -21,6 +21,7 @@ SEMAPHORE_ESTIMATED = 8
 RELEASE_CODES = {"lock_release": {1, 3, 2, 0, -1, -2}, "sem_release": {1, 3, 2, 0, -2}}
 FORCED_CODES = {"lock_release": {1, 3, 0, -1}, "sem_release": {1, 3, 0}}
 RENEWAL_CODES = {"lock_extend": {1, 0, -1, -2}, "sem_refresh": {1, 0, -2}}
+TAKE_OVER_CODES = {"lock_take_over": {1, 0, -2}}
 
 
 def holder_id(token: str) -> str:
@@ -48,7 +49,8 @@ def refused(run: ScriptRun) -> bool:
 
 def reply_documented(run: ScriptRun) -> Found:
     """Every reply is one its script's header lists, in its shape: release codes; extend and
-    refresh {1, ttl_ms, now_ms} (the refreshed TTL as asked) or a lone code; acquire
+    refresh {1, ttl_ms, now_ms} (the refreshed TTL as asked) or a lone code; take-over
+    {1, fence, ttl_ms, now_ms, 0|1} (0: the TTL asked for) or {0} / {-2}; acquire
     {1, fence/ticket, ttl_ms, now_ms, 0|1}, {0, holder_ttl_ms, position, now_ms, estimate_ms}
     (estimate at most holder_ttl_ms), {-3, now_ms} (past the request's deadline, and only
     then), {-4, now_ms} (see evicted_refused), or for a semaphore {-1, stored limit}."""
@@ -66,6 +68,14 @@ def reply_documented(run: ScriptRun) -> Found:
                 ok = ok and values[1] == int(run.arg(1))
             else:
                 ok = ok and values[1] <= int(run.arg(3))
+        elif ok and values:
+            ok = len(values) == 1
+    elif name in TAKE_OVER_CODES:
+        values = ints(reply)
+        ok = values is not None and bool(values) and values[0] in TAKE_OVER_CODES[name]
+        if ok and values and values[0] == 1:
+            ok = len(values) == 5 and values[1] > 0 and values[2] > 0 and values[3] == now
+            ok = ok and (values[4] == 1 or (values[4] == 0 and values[2] == int(run.arg(3))))
         elif ok and values:
             ok = len(values) == 1
     else:

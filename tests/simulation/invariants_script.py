@@ -10,6 +10,7 @@ from django_redis_locks.core.protocol.constants import RECENT_RELEASES
 from django_redis_locks.core.protocol.wake_messages import split_message
 
 from .invariants_replies import REPLY_CHECKS, Found, forced, holder_id, ints, refused
+from .invariants_takeover import TAKE_OVER_CHECKS
 from .probe import ScriptRun, Seen
 
 #: lib/lock and lib/semaphore drop at most this many expired places (holders) per script.
@@ -264,6 +265,7 @@ CHECKS = (
     recent_releases_kept,
     forced_told,
     contention_counted,
+    *TAKE_OVER_CHECKS,
 )
 
 

@@ -43,7 +43,7 @@ _LIVE: set[int] = set()  # process groups of the running subprocesses
 SCRIPTS = Path(scripting.__file__).parent / "scripts"
 TARGETS = ["lock_acquire", "lock_release", "lock_extend", "sem_acquire", "sem_release"]
 TARGETS += ["sem_refresh", "lib/estimate", "lib/gone", "lib/lock", "lib/registry"]
-TARGETS += ["lib/semaphore", "lib/hot"]
+TARGETS += ["lib/semaphore", "lib/hot", "lock_take_over"]
 SUITE = [f"tests/core/test_{n}.py" for n in ("lock", "semaphore", "lock_queue", "resends")]
 SUITE += ["tests/core/test_fencing.py", "tests/core/test_handover_turns.py"]
 SUITE += ["tests/core/test_boundaries.py"]  # what scripts do in the millisecond a time ends
@@ -52,6 +52,7 @@ SUITE += ["tests/core/test_lean_cycle.py"]  # what a cycle costs, the lazy regis
 SUITE += ["tests/core/test_metadata_checks.py"]  # the metadata stored in pieces, read whole
 SUITE += ["tests/core/test_hot.py"]  # the contention figures
 SUITE += ["tests/core/test_inspect_waiters.py"]  # the listings of waiters (lib steps)
+SUITE += ["tests/core/test_handoff.py"]  # hand_off / take_over (lock_take_over)
 #: Mutants that no test can kill, each with the reason: (file, line before, line after), both
 #: stripped -> why. "equivalent": no run can tell them apart; "outside the promises": they
 #: change what Redis keeps, but by less than any promise bounds. A survivor listed here is

@@ -11,8 +11,9 @@ from .world import _text
 
 #: The scripts whose runs are probed (the ones that change a lock or semaphore).
 PROBED = frozenset(
-    ("lock_acquire", "lock_release", "lock_extend", "sem_acquire", "sem_release", "sem_refresh")
-)
+    ("lock_acquire", "lock_release", "lock_extend", "lock_take_over", "sem_acquire", "sem_release",
+     "sem_refresh")
+)  # fmt: skip
 
 #: Run before and after a probed script (not through the prelude: it only reads). KEYS: the
 #: primitive's hash (lock) or holders (sem), its queue, waiters (lock) or leases (sem), leases

@@ -26,6 +26,7 @@ RENEWER_MODULES = (
     "django_redis_locks.core.runtime.driver",
     "django_redis_locks.core.lock",
     "django_redis_locks.core.semaphore",
+    "django_redis_locks.core.handoff",
 )
 
 
@@ -86,9 +87,10 @@ def simulated_renewer(renewer: SimRenewer, new_token: Callable[[], str]) -> Iter
             if hasattr(module, "renewer"):
                 saved.append((module, "renewer", module.renewer))
                 module.renewer = lambda: renewer  # type: ignore[attr-defined]
-        primitive = importlib.import_module("django_redis_locks.core.primitive")
-        saved.append((primitive, "new_token", primitive.new_token))
-        primitive.new_token = new_token  # type: ignore[attr-defined]
+        for name in ("django_redis_locks.core.primitive", "django_redis_locks.core.handoff"):
+            module = importlib.import_module(name)
+            saved.append((module, "new_token", module.new_token))
+            module.new_token = new_token  # type: ignore[attr-defined]
         yield
     finally:
         for module, attribute, original in reversed(saved):

@@ -6,7 +6,8 @@ own server.
 DRL_SIM_SEED=<n> replays one seed (with the narrowing a shrunk history's replay line gives);
 DRL_SIM_CLUSTER=1 makes every history's PUBLISH replies count 0 (a Cluster); DRL_SIM_LATE=0
 leaves out late copies of requests (see the README); DRL_SIM_FAILOVER=1 promotes a lagging
-replica once or twice a history (failover.py); DRL_SIM_FIRST sets the first seed of a run.
+replica once or twice a history (failover.py); DRL_SIM_HANDOFF=0 leaves out hand-offs
+(handoffs.py); DRL_SIM_FIRST sets the first seed of a run.
 """
 
 from __future__ import annotations
@@ -59,6 +60,21 @@ def _failovers(faults: FaultLog) -> str:
     )
 
 
+def _handoffs(faults: FaultLog) -> str:
+    """What the hand-offs did (handoffs.py), for the summary line."""
+    if not faults["handoff"]:
+        return ""
+    return (
+        f"hand-offs: {faults['handoff']} (refused {faults['handoff_refused']}, evicted "
+        f"{faults['handoff_evicted']}); take-overs: {faults['take_over']} (a second worker "
+        f"{faults['take_over_again']}; taken over {faults['take_over_taken']}; refused: spent "
+        f"{faults['take_over_spent']}, expired {faults['take_over_expired']}, evicted "
+        f"{faults['take_over_evicted']}, stale ticket {faults['take_over_stale']}; unknown "
+        f"outcome {faults['take_over_unknown']}, interrupted {faults['take_over_interrupted']}; "
+        f"late copies {faults['late_take_over']}); "
+    )
+
+
 @pytest.mark.timeout(RUN_TIMEOUT)
 def test_histories(sim_client: redis.Redis) -> None:
     """Many seeded histories; any violation fails, with its seed and a shrunk step list.
@@ -81,6 +97,7 @@ def test_histories(sim_client: redis.Redis) -> None:
     print(
         f"\nsimulation: {count} histories, {tally.steps} steps in {elapsed:.1f} s "
         f"({count / elapsed:.1f} histories/s, {jobs} processes); {_failovers(tally.faults)}"
+        f"{_handoffs(tally.faults)}"
         f"faults injected: {tally.faults.line()}; "
         f"violations: {dict(tally.violations) or 'none'}"
         + (f"; failing seeds: {tally.failed[:20]}" if tally.failed else "")

@@ -21,6 +21,8 @@ The index of the wire formats: where each is defined, the Lua that writes it (sc
                           hot_figures.decode_figures -> hot.hot_names read
     wake-up messages      wake_messages; PUBLISHed by lib/lock, lib/semaphore and
                           lock_release; split_message and decode_wake read
+    tickets               tickets (a handed-off hold; lock_take_over reads it) and the
+                          ticket record of a unique task (written and read in Python only)
     holder metadata       holder (JSON, built once per owner); stored as given; read by info
     replies               each script's header; lock_calls, semaphore_calls and replies
                           decode them

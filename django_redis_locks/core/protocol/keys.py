@@ -16,6 +16,10 @@ A name is hashed into one of ``BUCKETS`` buckets and the bucket number is the ke
                                            h:<token> -> "<acquired ms> <ticket> <meta>",
                                            w:<token> -> "<ttl ms> <channel> <meta>"
                                            (lib/semaphore's records)
+    <ns>:{<bucket>}:ticket:<name>   STRING a handed-off hold's ticket and the task it was
+                                           handed to: "<task id or -> <ticket>" (tickets;
+                                           written and read by the Django layer's unique
+                                           tasks, never by a script), expiring with the hold
     <ns>:{<bucket>}:reg:names       ZSET   registry: "lock:<name>" / "sem:<name>" in name order
     <ns>:{<bucket>}:reg:expiry      ZSET   registry: member -> until when it is kept (ms),
                                            kept lazily (lib/registry): it may name a free
@@ -157,6 +161,10 @@ class KeySpace:
             registry=self.registry(bucket),
             member=f"{LOCK_KIND}:{name}",
         )
+
+    def ticket(self, name: str) -> str:
+        """The key of lock ``name``'s handed-off ticket (see :mod:`.tickets`), in its slot."""
+        return f"{self.prefix(self.bucket(name))}ticket:{name}"
 
     def semaphore(self, name: str) -> SemaphoreKeys:
         """Keys of the semaphore called ``name`` (already validated)."""

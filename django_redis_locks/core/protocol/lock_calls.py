@@ -25,6 +25,7 @@ __all__ = [
     "extend_call",
     "release_call",
     "state_call",
+    "take_over_call",
 ]
 
 
@@ -128,6 +129,26 @@ def extend_call(
         load("lock_extend"),
         (keys.lock, keys.registry.names, keys.registry.expiry),
         (token, ms, mode, cap_ms, seq, "" if fence is None else str(fence)),
+    )
+
+
+def take_over_call(
+    keys: LockKeys,
+    token: str,
+    fence: int,
+    *,
+    new_token: str,
+    ttl_ms: int,
+    metadata: str,
+    session: str,
+) -> Call:
+    """Give the live hold of ``token`` (with ``fence``) to ``new_token`` for ``ttl_ms``, with
+    a new fence; the reply is an acquire's grant (``decode_acquired``) or ``{0}`` / ``{-2}``
+    (gone / force-released)."""
+    return Call(
+        load("lock_take_over"),
+        (keys.lock, keys.registry.names, keys.registry.expiry),
+        (token, str(fence), new_token, ttl_ms, metadata, session),
     )
 
 

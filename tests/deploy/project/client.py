@@ -7,6 +7,16 @@ It reads one JSON command per line on stdin and answers one JSON line on stdout:
 - ``{"op": "send", "task": "locked", "args": ["name", 0.1]}`` -> ``{"id": "..."}``
 - ``{"op": "wait", "ids": [...], "timeout": 60}`` -> ``{"results": [{"ok": true, "value": ...}
   or {"ok": false, "error": "..."}, ...]}`` (in the order of ``ids``)
+
+and, for Django's unique tasks (:mod:`tests.deploy.project.unique_jobs`):
+
+- ``{"op": "enqueue", "task": "unique", "args": [...], "count": 5, "at": 12.5}`` ->
+  ``{"outcomes": [{"t": ..., "id": "..."} or {"t": ..., "refused": true, "task_id": ...}]}``:
+  ``count`` enqueues one after the other from the instant ``at`` of ``time.monotonic()`` (one
+  clock for every process of the machine: clients told the same ``at`` start together), each
+  accepted or refused with ``AlreadyQueued``; ``t`` is when each began;
+- ``{"op": "find", "task": "unique", "args": [...]}`` -> ``{"found": null or {"phase": ...,
+  "task_id": ...}}``: the task queued or running with these arguments (``task.find``).
 """
 
 from __future__ import annotations
@@ -53,9 +63,9 @@ class DjangoTasks:
         import django
 
         django.setup()
-        from tests.deploy.project import jobs
+        from tests.deploy.project import jobs, unique_jobs
 
-        self.tasks = jobs.TASKS
+        self.tasks = {**jobs.TASKS, **unique_jobs.TASKS}
         self.sent: dict[str, Any] = {}  # result id -> its task
 
     def send(self, task: str, args: list[Any]) -> str:
@@ -76,6 +86,27 @@ class DjangoTasks:
             return {"ok": False, "error": f"{error.exception_class_path}: {last[0]}"}
         return {"ok": True, "value": result.return_value}
 
+    def enqueue(self, task: str, args: list[Any], count: int, at: float | None) -> list[Outcome]:
+        from django_redis_locks import AlreadyQueued
+
+        if at is not None:  # the start instant the test gave every client
+            time.sleep(max(0.0, at - time.monotonic()))
+        outcomes: list[Outcome] = []
+        for _ in range(count):
+            began = time.monotonic()
+            try:
+                result = self.tasks[task].enqueue(*args)
+            except AlreadyQueued as refused:
+                outcomes.append({"t": began, "refused": True, "task_id": refused.task_id})
+                continue
+            self.sent[result.id] = self.tasks[task]
+            outcomes.append({"t": began, "id": str(result.id)})
+        return outcomes
+
+    def find(self, task: str, args: list[Any]) -> Outcome | None:
+        found = self.tasks[task].find(*args)
+        return None if found is None else {"phase": found.phase, "task_id": found.task_id}
+
 
 def serve(tasks: Tasks) -> None:
     for line in sys.stdin:
@@ -86,6 +117,13 @@ def serve(tasks: Tasks) -> None:
         elif op == "wait":
             deadline = time.monotonic() + float(command["timeout"])
             reply = {"results": [tasks.wait(result_id, deadline) for result_id in command["ids"]]}
+        elif op == "enqueue" and isinstance(tasks, DjangoTasks):
+            outcomes = tasks.enqueue(
+                command["task"], command["args"], command["count"], command["at"]
+            )
+            reply = {"outcomes": outcomes}
+        elif op == "find" and isinstance(tasks, DjangoTasks):
+            reply = {"found": tasks.find(command["task"], command["args"])}
         else:
             reply = {"error": f"unknown op {op!r}"}
         sys.stdout.write(json.dumps(reply) + "\n")

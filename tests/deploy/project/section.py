@@ -25,6 +25,10 @@ LOCKED_TTL = 5.0
 LOCKED_WAIT = 30.0  # blocking_timeout of "locked"
 ATTEMPT_TTL = 3.0  # the TTL a SIGKILLed holder keeps the name for, at most
 RENEWED_TTL = 1.0  # shorter than the runs that hold it: only renewal keeps it
+#: The unique tasks' holds (tests.deploy.project.unique_jobs): while one runs (renewed), and
+#: while it is queued (not renewed).
+UNIQUE_TTL = 2.0  # a SIGKILLed worker frees its task's name within it, at most
+UNIQUE_QUEUED_TTL = 30.0
 
 
 def _append(record: Record) -> None:

@@ -1,0 +1,145 @@
+"""Unique Celery tasks: ``base=UniqueTask`` and a ``unique`` option on the task decorator::
+
+    from django_redis_locks.unique.celery_tasks import UniqueTask
+
+    @shared_task(base=UniqueTask, unique={"key": "rebuild:{report_id}", "mode": "until_executed"})
+    def rebuild(report_id): ...
+
+``unique`` takes ``@unique_task``'s arguments (``key`` and the keyword ones). ``apply_async``
+(and ``delay``) take the name and hand it to the message's task id; the worker's call
+(``__call__``) takes it over. A task that retries (``self.retry()``) hands its running hold
+to the retry's message: the name stays taken across retries, until the last run ends.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, ClassVar
+
+from celery import Task
+from celery.exceptions import Retry
+from celery.result import AsyncResult
+from celery.utils import uuid
+
+from django_redis_locks.core.lock import Lock
+from django_redis_locks.decorators.callers import label_of
+from django_redis_locks.decorators.names import Namer, signatures_of
+
+from . import handing
+from .decorator import check_options
+from .handing import Existing
+from .spec import Uniqueness
+
+__all__ = ["UniqueTask"]
+
+#: The holds of the tasks this thread runs now, by task id: a retry's apply_async (inside
+#: the run) hands the running hold on to the retry's message ({task id: [lock, handed]}).
+_running = threading.local()
+
+
+class UniqueTask(Task):  # type: ignore[misc]
+    """A Celery task class whose tasks are unique by their arguments (see the module)."""
+
+    unique: ClassVar[dict[str, Any] | None] = None
+    _uniqueness: ClassVar[Uniqueness | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        options = cls.__dict__.get("unique")
+        if options is None:
+            return
+        if not isinstance(options, dict) or "key" not in options:
+            raise TypeError(f"{cls.__name__}: unique must be a dict with a 'key'")
+        options = dict(options)
+        key = options.pop("key")
+        values = check_options(key, **options)
+        run = cls.__dict__.get("run")
+        if run is None:
+            raise TypeError(f"{cls.__name__}: unique needs the task's function (run)")
+        func = run.__func__ if isinstance(run, staticmethod) else functools.partial(run, None)
+        target = run.__func__ if isinstance(run, staticmethod) else run
+        cls._uniqueness = Uniqueness(
+            namer=Namer(key, signatures_of(func), label_of(target)), **values
+        )
+
+    # -- the enqueuer ----------------------------------------------------------------------
+    def apply_async(
+        self, args: Any = None, kwargs: Any = None, task_id: str | None = None, **options: Any
+    ) -> Any:
+        """Take the name, then send; on conflict raise AlreadyQueued, or (``"skip"``) return
+        the AsyncResult of the task already queued or running (None if its id is not
+        known)."""
+        spec = self._uniqueness
+        send = super().apply_async
+        if spec is None or spec.mode == "while_executing":
+            return send(args, kwargs, task_id=task_id, **options)
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        name = spec.namer.name(args, kwargs)
+        task_id = task_id or uuid()
+        lock = _running_lock(task_id)
+        if lock is None or lock.name != name:
+            fields = {"celery_task": self.name, "celery_task_id": task_id}
+            lock = spec.queued_lock(name, self.name, fields)
+            if not lock.acquire(blocking=False):
+                found = handing.existing(spec, name, AsyncResult)
+                return handing.conflict(found, spec, name, self.name)
+        else:  # a retry of the task this thread runs: its hold goes with the retry
+            lock.extend(spec.queued_timeout, replace=True)
+            _running.holds[task_id][1] = True
+        return handing.enqueue_holding(
+            lock, spec, lambda: send(args, kwargs, task_id=task_id, **options), task_id
+        )
+
+    def find(self, *args: Any, **kwargs: Any) -> Existing | None:
+        """The task with these arguments that is queued or running, or None."""
+        spec = self._uniqueness
+        if spec is None:
+            return None
+        return handing.existing(spec, spec.namer.name(args, kwargs), AsyncResult)
+
+    # -- the worker ------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        spec = self._uniqueness
+        run = super().__call__
+        if spec is None or spec.mode == "until_expired":
+            return run(*args, **kwargs)
+        task_id = self.request.id
+        if task_id and task_id in getattr(_running, "holds", {}):
+            return run(*args, **kwargs)  # an eager retry, run inside its first run
+        fields = {"celery_task": self.name}
+        if task_id:
+            fields["celery_task_id"] = str(task_id)
+        lock = spec.running_lock(spec.namer.name(args, kwargs), fields)
+        taken = spec.mode != "while_executing" and handing.take_queued(lock, task_id)
+        if spec.mode == "until_executing":
+            if taken:
+                lock.release()
+            return run(*args, **kwargs)
+        if not taken and not lock.acquire(blocking=False):
+            return handing.contended(spec, lock, self.name)
+        return _run_holding(lock, str(task_id or ""), lambda: run(*args, **kwargs))
+
+
+def _running_lock(task_id: str) -> Lock | None:
+    entry = getattr(_running, "holds", {}).get(task_id)
+    return None if entry is None or entry[1] else entry[0]
+
+
+def _run_holding(lock: Lock, task_id: str, run: Any) -> Any:
+    """Run, then release, unless a retry took the hold with it."""
+    holds = _running.__dict__.setdefault("holds", {})
+    entry = holds[task_id] = [lock, False]
+    try:
+        result = run()
+    except Retry:
+        if not entry[1]:
+            handing.release_quietly(lock)
+        raise
+    except BaseException:
+        handing.release_quietly(lock)
+        raise
+    finally:
+        holds.pop(task_id, None)
+    lock.release()
+    return result

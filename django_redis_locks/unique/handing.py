@@ -1,0 +1,147 @@
+"""The steps every unique task takes, whatever runs it (Django's task framework, Celery): the
+enqueue that takes the name and hands it off, the worker that takes it over, the look at who
+holds it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django_redis_locks.core.errors import (
+    AlreadyQueued,
+    LockBackendError,
+    LockLost,
+    LockNotAcquired,
+)
+from django_redis_locks.core.handoff import hand_off, take_over
+from django_redis_locks.core.info import HolderInfo
+from django_redis_locks.core.lock import Lock
+from django_redis_locks.core.registry import get_lock
+
+from . import records
+from .spec import Uniqueness
+
+__all__ = ["Existing", "conflict", "contended", "enqueue_holding", "existing", "take_queued"]
+
+logger = logging.getLogger("django_redis_locks.unique")
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Existing:
+    """The task that holds a unique task's name: ``phase`` "queued" (enqueued, no worker
+    has started it) or "running"; ``task_id`` when known; ``result`` its handle (a Django
+    TaskResult when its backend has it, a Celery AsyncResult) or None; ``holder`` the
+    lock's listing."""
+
+    name: str
+    phase: str
+    task_id: str | None
+    holder: HolderInfo
+    result: Any
+
+
+def enqueue_holding(
+    lock: Lock, spec: Uniqueness, send: Callable[[], R], task_id: str | None = None
+) -> R:
+    """Hand off ``lock`` (held by this thread) to the task that ``send`` enqueues: the
+    ticket is recorded first (for ``task_id`` if known), so that the task finds it however
+    soon it runs; if ``send`` raises, the name is given back."""
+    try:
+        ticket = hand_off(lock)
+    except LockBackendError:  # (a late copy of its acquire may land: not handed off)
+        release_quietly(lock)
+        raise
+    backend = lock.backend
+    records.write(backend, lock.name, ticket, spec.queued_timeout, task_id)
+    try:
+        sent = send()
+    except BaseException:
+        _give_back(lock, ticket)
+        raise
+    if task_id is None:
+        records.name_task(backend, lock.name, ticket, str(getattr(sent, "id", "")))
+    return sent
+
+
+def _give_back(lock: Lock, ticket: str) -> None:
+    """The enqueue failed: the name is free again (unless a worker has it already)."""
+    try:
+        if take_over(lock, ticket):
+            records.delete(lock.backend, lock.name)
+            lock.release()
+    except Exception:
+        logger.exception("release: lock %r of a task whose enqueue failed", lock.name)
+
+
+def take_queued(lock: Lock, task_id: str | None) -> bool:
+    """Take over (for this thread) the hold that this task's enqueue handed off, if it is
+    still there and not another task's (a call that is no worker's run, ``task_id`` None,
+    takes nothing)."""
+    if task_id is None:
+        return False
+    record = records.read(lock.backend, lock.name)
+    if record is None:
+        return False
+    queued_id, ticket = record
+    if queued_id is not None and queued_id != task_id:
+        return False  # another task's (this one's name ran out while it was queued)
+    if not take_over(lock, ticket):
+        return False
+    records.delete(lock.backend, lock.name)
+    return True
+
+
+def existing(spec: Uniqueness, name: str, handle: Callable[[str], Any]) -> Existing | None:
+    """Who holds ``name``: None if nobody; ``handle(task_id)`` makes the task's handle."""
+    holder = get_lock(name, using=spec.using)
+    if holder is None:
+        return None
+    running_id = holder.django_task_id or holder.celery_task_id
+    task_id = running_id
+    if task_id is None:
+        record = records.read(Lock(name, using=spec.using).backend, name)
+        task_id = record[0] if record is not None else None
+    result = None
+    if task_id is not None:
+        try:
+            result = handle(task_id)
+        except Exception:  # another backend's task, or a result already removed
+            result = None
+    return Existing(name, "running" if running_id else "queued", task_id, holder, result)
+
+
+def conflict(found: Existing | None, spec: Uniqueness, name: str, task: str) -> Any:
+    """An enqueue that found ``name`` taken: raise AlreadyQueued, or (``"skip"``) return
+    the existing task's handle."""
+    phase = "queued or running" if found is None else found.phase
+    task_id = found.task_id if found is not None else None
+    if spec.on_conflict == "skip":
+        logger.info("enqueue: %s skipped: %r is %s", task, name, phase)
+        return found.result if found is not None else None
+    raise AlreadyQueued(
+        f"{task}: a task named {name!r} is {phase}" + (f" (task {task_id})" if task_id else ""),
+        task_id=task_id,
+    )
+
+
+def contended(spec: Uniqueness, lock: Lock, task: str) -> Any:
+    """A worker that cannot have the name: raise LockNotAcquired, or return skip_result."""
+    message = f"{task}: lock {lock.name!r} is held by another run"
+    if spec.on_contention == "skip":
+        logger.info("run: %s skipped", message)
+        return spec.skip_result
+    raise LockNotAcquired(message)
+
+
+def release_quietly(lock: Lock) -> None:
+    """Release after a failed run: the run's error is the one to raise."""
+    try:
+        lock.release()
+    except LockLost as error:
+        logger.error("release: lock %r of a failed task: %s", lock.name, error)
+    except Exception:
+        logger.exception("release: lock %r of a failed task", lock.name)

@@ -1,0 +1,69 @@
+"""The ticket record of a unique task's name in Redis (its format: ``core.protocol.tickets``),
+and the task a worker runs now (Django's ``task_started`` signal)."""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+from typing import Any
+
+from django_redis_locks.core.connection.backend import Backend
+from django_redis_locks.core.protocol import tickets
+from django_redis_locks.core.validation import to_millis
+
+__all__ = ["delete", "name_task", "read", "running_task_result", "watch_workers", "write"]
+
+#: The TaskResult of the Django task this thread's worker runs now (set by task_started).
+_running: contextvars.ContextVar[Any] = contextvars.ContextVar("drl_running_task", default=None)
+
+
+def write(backend: Backend, name: str, ticket: str, ttl: float, task_id: str | None = None) -> None:
+    """Record ``ticket`` for lock ``name``'s next worker (the task ``task_id``, if known),
+    for ``ttl`` seconds (the hold's)."""
+    key = backend.keys.ticket(name)
+    value = tickets.encode_record(task_id, ticket)
+    backend.command(("SET", key, value, "PX", to_millis(ttl)), key)
+
+
+def name_task(backend: Backend, name: str, ticket: str, task_id: str) -> None:
+    """Add the enqueued task's id to the record, if it is still there (a worker may have
+    taken the hold over already) and still this ticket's."""
+    key = backend.keys.ticket(name)
+    value = tickets.encode_record(task_id, ticket)
+    backend.command(("SET", key, value, "XX", "KEEPTTL"), key)
+
+
+def read(backend: Backend, name: str) -> tuple[str | None, str] | None:
+    """(task id or None, ticket) recorded for ``name``, or None."""
+    key = backend.keys.ticket(name)
+    return tickets.decode_record(backend.command(("GET", key), key))
+
+
+def delete(backend: Backend, name: str) -> None:
+    key = backend.keys.ticket(name)
+    backend.command(("DEL", key), key)
+
+
+def running_task_result() -> Any:
+    """The TaskResult of the task this worker thread runs, or None."""
+    return _running.get()
+
+
+def _started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    _running.set(task_result)
+
+
+def _finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    _running.set(None)
+
+
+def watch_workers() -> None:
+    """Follow the tasks workers start and finish (Django 6.0+'s ``django.tasks``, and the
+    django-tasks backport), once per process; safe to call again."""
+    for module in ("django.tasks.signals", "django_tasks.signals"):
+        try:
+            signals = importlib.import_module(module)
+        except ImportError:
+            continue
+        signals.task_started.connect(_started, dispatch_uid=f"drl-started-{module}")
+        signals.task_finished.connect(_finished, dispatch_uid=f"drl-finished-{module}")

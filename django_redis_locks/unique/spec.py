@@ -1,0 +1,66 @@
+"""What ``@unique_task`` was told: the mode, the name template, the policies; and the locks
+it takes for a task's arguments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django_redis_locks.core.lock import Lock
+from django_redis_locks.decorators.names import Namer
+
+__all__ = ["MODES", "Mode", "OnConflict", "OnContention", "Uniqueness"]
+
+Mode = Literal["until_executing", "until_executed", "until_expired", "while_executing"]
+MODES: tuple[Mode, ...] = ("until_executing", "until_executed", "until_expired", "while_executing")
+#: What an enqueue does when a task with these arguments is queued or running.
+OnConflict = Literal["raise", "skip"]
+#: What a worker does when it cannot have the name (its queued hold ran out, and another
+#: task with these arguments runs).
+OnContention = Literal["raise", "skip"]
+
+
+@dataclass(frozen=True)
+class Uniqueness:
+    """One unique task's settings (see :func:`..unique_task`)."""
+
+    namer: Namer
+    mode: Mode
+    timeout: float | None  # the running task's hold, renewed (None: DEFAULT_TIMEOUT)
+    queued_timeout: float  # how long a queued task keeps its name
+    on_conflict: OnConflict
+    on_contention: OnContention
+    skip_result: Any
+    using: str | None
+    database: str
+
+    def name(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, context: bool) -> str:
+        """The lock name of an enqueue's arguments (``context``: the function takes the task
+        context first, which an enqueue does not pass)."""
+        return self.namer.name((None, *args) if context else args, kwargs)
+
+    def queued_lock(
+        self, name: str, task_path: str, fields: dict[str, str], *, renewed: bool = False
+    ) -> Lock:
+        """The hold an enqueue takes: not renewed (but while it waits for a commit), it lasts
+        ``queued_timeout``. ``fields``: the task's, for listings."""
+        return Lock(
+            name,
+            timeout=self.queued_timeout,
+            using=self.using,
+            auto_renew=renewed,
+            metadata={"label": f"queued: {task_path}", **fields},
+            metric_name=self.namer.key if isinstance(self.namer.key, str) else None,
+        )
+
+    def running_lock(self, name: str, fields: dict[str, str]) -> Lock:
+        """The hold a worker runs the task under: renewed while it runs. ``fields``: the
+        task's name and id, for listings."""
+        return Lock(
+            name,
+            timeout=self.timeout,
+            using=self.using,
+            auto_renew=True,
+            metadata=fields,
+            metric_name=self.namer.key if isinstance(self.namer.key, str) else None,
+        )

@@ -1,0 +1,364 @@
+"""Unique Django tasks (``@unique_task``): the name taken at enqueue, handed to the worker
+that runs the task, given back as each mode says. Each test asks Redis itself (the lock
+listing) who holds the name at each point. Real workers (``db_worker``) are in
+tests/deploy/test_unique_deployed.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from django_redis_locks import (
+    AlreadyQueued,
+    InvalidArgument,
+    InvalidArgumentType,
+    Lock,
+    LockNotAcquired,
+    unique_task,
+)
+from django_redis_locks.inspection import get_lock
+from tests.django import unique_tasks
+from tests.django.unique_tasks import run_as_worker
+from tests.harness.servers import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(settings: Any, namespace: str) -> None:
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "NAMESPACE": namespace}
+    unique_tasks.runs.clear()
+    unique_tasks.inside.clear()
+    unique_tasks.proceed.clear()
+    unique_tasks.rebuild.get_backend().results.clear()
+
+
+def holder(name: str) -> Any:
+    return get_lock(name)
+
+
+def in_thread(function: Any) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(function())
+        except BaseException as error:
+            out.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+def test_until_executed_refuses_a_duplicate_from_enqueue_to_the_end_of_the_run() -> None:
+    task = unique_tasks.rebuild
+    first = task.enqueue(7)
+    queued = holder("rebuild:7")
+    assert queued is not None and queued.label == "queued: tests.django.unique_tasks.rebuild"
+    with pytest.raises(AlreadyQueued, match="rebuild:7' is queued") as refused:
+        task.enqueue(7)
+    assert refused.value.task_id == str(first.id)
+    assert len(task.get_backend().results) == 1  # nothing more was enqueued
+    found = task.find(7)
+    assert found is not None and found.phase == "queued" and found.task_id == str(first.id)
+    assert found.result.id == first.id
+    assert task.find(8) is None
+    assert task.enqueue(8).args == [8]  # other arguments, another name
+
+    assert run_as_worker(first) == "rebuilt 7"
+    assert unique_tasks.runs == ["rebuild 7"]
+    assert holder("rebuild:7") is None  # given back when the run ended
+    again = task.enqueue(7)
+    assert again.id != first.id
+
+
+def test_the_worker_holds_the_name_under_its_task_id_while_it_runs() -> None:
+    task = unique_tasks.paused
+    queued = task.enqueue(1)
+    queued_fence = holder("paused:1").fence
+    thread, out = in_thread(lambda: run_as_worker(queued))
+    assert unique_tasks.inside.wait(10)
+    running = holder("paused:1")
+    assert running is not None
+    assert running.django_task_id == str(queued.id)  # the task id is the holder
+    assert running.django_task_name == "tests.django.unique_tasks.paused"
+    assert running.fence > queued_fence
+    with pytest.raises(AlreadyQueued, match="is running") as refused:
+        task.enqueue(1)
+    assert refused.value.task_id == str(queued.id)
+    found = task.find(1)
+    assert found is not None and found.phase == "running" and found.task_id == str(queued.id)
+    # The same task delivered twice (a redelivery) finds the name taken: it does not run.
+    with pytest.raises(LockNotAcquired, match="held by another run"):
+        run_as_worker(queued)
+    unique_tasks.proceed.set()
+    thread.join(20)
+    assert out == ["done 1"]
+    assert holder("paused:1") is None
+
+
+def test_a_failed_run_gives_the_name_back() -> None:
+    task = unique_tasks.rebuild
+    queued = task.enqueue(3)
+
+    def broken(report_id: int) -> str:
+        raise RuntimeError("the job failed")
+
+    original = task.func
+    object.__setattr__(task, "func", broken)
+    try:
+        with pytest.raises(RuntimeError, match="the job failed"):
+            run_as_worker(queued)
+    finally:
+        object.__setattr__(task, "func", original)
+    assert holder("rebuild:3") is None
+    task.enqueue(3)
+
+
+def test_until_executing_gives_the_name_back_when_the_worker_starts() -> None:
+    task = unique_tasks.notify
+    first = task.enqueue(5)
+    skipped = task.enqueue(5)  # on_conflict="skip": the task already queued
+    assert skipped is not None and skipped.id == first.id
+    assert len(task.get_backend().results) == 1
+    thread, out = in_thread(lambda: run_as_worker(first))
+    assert unique_tasks.inside.wait(10)
+    assert holder("notify:5") is None  # running, but no longer queued: a new one may queue
+    second = task.enqueue(5)
+    assert second.id != first.id
+    unique_tasks.proceed.set()
+    thread.join(20)
+    assert out == ["sent"]
+
+
+def test_until_expired_keeps_the_name_after_the_run_until_it_expires() -> None:
+    task = unique_tasks.digest
+    queued = task.enqueue("monday")
+    assert run_as_worker(queued) == "digested"
+    assert holder("digest:monday") is not None  # kept after the run
+    with pytest.raises(AlreadyQueued):
+        task.enqueue("monday")
+    wait_until(lambda: holder("digest:monday") is None, timeout=5, what="expired")
+    task.enqueue("monday")
+
+
+def test_while_executing_takes_the_name_only_while_it_runs() -> None:
+    task = unique_tasks.sync_account
+    first = task.enqueue("acme")
+    second = task.enqueue("acme")  # nothing taken at enqueue
+    assert holder("sync:acme") is None
+    with Lock("sync:acme", timeout=10):
+        assert run_as_worker(first) == "busy"  # on_contention="skip": skip_result
+    assert run_as_worker(second) == "synced"
+    assert unique_tasks.runs == ["sync acme"]
+
+
+def test_a_task_that_takes_its_context_is_held_under_its_id() -> None:
+    task = unique_tasks.export
+    queued = task.enqueue(9)
+    with pytest.raises(AlreadyQueued):
+        task.enqueue(9)
+    assert run_as_worker(queued) == "exported"
+    assert unique_tasks.runs == [f"export 9 {queued.id}"]
+    assert holder("export:9") is None
+
+
+def test_a_task_queued_longer_than_its_queued_timeout_frees_the_name() -> None:
+    """Its worker, later, finds the next task's record: it does not take that one's hold,
+    and (the name being taken) does not run."""
+    task = unique_tasks.export
+    stale = task.enqueue(4)
+    wait_until(lambda: holder("export:4") is None, timeout=5, what="the queued hold expired")
+    fresh = task.enqueue(4)
+    with pytest.raises(LockNotAcquired):
+        run_as_worker(stale)
+    assert holder("export:4").label == "queued: tests.django.unique_tasks.export"
+    assert run_as_worker(fresh) == "exported"
+    assert unique_tasks.runs == [f"export 4 {fresh.id}"]
+
+
+def test_an_enqueue_that_fails_gives_the_name_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    task = unique_tasks.rebuild
+    backend: Any = task.get_backend()
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("the queue is down")
+
+    monkeypatch.setattr(backend, "enqueue", refuse)
+    with pytest.raises(ConnectionError):
+        task.enqueue(11)
+    assert holder("rebuild:11") is None
+    monkeypatch.undo()
+    task.enqueue(11)
+
+
+def test_an_asyncio_enqueue_is_unique_too() -> None:
+    task = unique_tasks.rebuild
+
+    async def enqueue_twice() -> tuple[Any, BaseException | None]:
+        first = await task.aenqueue(31)
+        try:
+            await task.aenqueue(31)
+        except AlreadyQueued as error:
+            return first, error
+        return first, None
+
+    first, refused = asyncio.run(enqueue_twice())
+    assert isinstance(refused, AlreadyQueued) and refused.task_id == str(first.id)
+    assert run_as_worker(first) == "rebuilt 31"
+
+
+def test_the_immediate_backend_runs_it_at_enqueue_under_the_name() -> None:
+    result = unique_tasks.instant.enqueue(21)
+    assert result.return_value == 42
+    assert unique_tasks.runs == ["instant 21"]
+    assert holder("instant:21") is None
+
+
+def test_an_enqueue_on_commit_takes_the_name_now_and_enqueues_at_the_commit() -> None:
+    task = unique_tasks.rebuild
+    results = task.get_backend().results
+    with transaction.atomic():
+        assert task.enqueue_on_commit(12) is None
+        assert holder("rebuild:12") is not None  # taken now
+        assert results == []  # enqueued only at the commit
+        with pytest.raises(AlreadyQueued):
+            task.enqueue(12)
+    [queued] = results
+    assert holder("rebuild:12") is not None and task.find(12).task_id == str(queued.id)
+    assert run_as_worker(queued) == "rebuilt 12"
+    assert holder("rebuild:12") is None
+
+
+def test_an_enqueue_on_commit_rolled_back_gives_the_name_back() -> None:
+    task = unique_tasks.rebuild
+    with pytest.raises(RuntimeError), transaction.atomic():
+        task.enqueue_on_commit(13)
+        assert holder("rebuild:13") is not None
+        raise RuntimeError("rolled back")
+    wait_until(lambda: holder("rebuild:13") is None, timeout=5, what="given back")
+    assert task.get_backend().results == []
+    task.enqueue_on_commit(13)  # outside a transaction: enqueued at once
+    assert len(task.get_backend().results) == 1
+
+
+def test_the_queued_hold_waiting_for_a_long_commit_is_renewed() -> None:
+    task = unique_tasks.digest  # queued_timeout=1 s: renewed while the transaction runs
+    with transaction.atomic():
+        task.enqueue_on_commit("long")
+        time.sleep(2.5)
+        assert holder("digest:long") is not None
+    assert holder("digest:long") is not None  # handed off at the commit, for 1 s
+
+
+def test_bad_arguments_are_refused_when_decorating() -> None:
+    for options, error, match in (
+        ({"mode": "until_done"}, InvalidArgument, "mode"),
+        ({"on_conflict": "wait"}, InvalidArgument, "on_conflict"),
+        ({"on_contention": "retry"}, InvalidArgument, "on_contention"),
+        ({"queued_timeout": 0}, InvalidArgument, "queued_timeout"),
+        ({"timeout": -1}, InvalidArgument, "timeout"),
+        ({"database": "nowhere"}, InvalidArgument, "database"),
+    ):
+        with pytest.raises(error, match=match):
+            unique_task("x:{n}", **options)
+    with pytest.raises(InvalidArgumentType, match="key"):
+        unique_task("")
+    with pytest.raises(InvalidArgumentType, match="above @task"):
+        unique_task("x")(lambda: None)
+    with pytest.raises(InvalidArgument, match="names no parameter"):
+        unique_task("x:{missing}")(unique_tasks.rebuild)
+
+
+def test_a_celery_task_is_unique_while_it_runs_and_free_after() -> None:
+    from celery.result import EagerResult
+
+    task = unique_tasks.celery_rebuild
+    thread, out = in_thread(lambda: task.delay(5))
+    assert unique_tasks.inside.wait(10)
+    running = holder("celery-rebuild:5")
+    assert running is not None and running.celery_task_name == task.name
+    assert running.celery_task_id is not None
+    with pytest.raises(AlreadyQueued, match="is running") as refused:
+        task.delay(5)
+    assert refused.value.task_id == running.celery_task_id
+    found = task.find(5)
+    assert found is not None and found.phase == "running"
+    assert found.result.id == running.celery_task_id
+    unique_tasks.proceed.set()
+    thread.join(20)
+    [result] = out
+    assert isinstance(result, EagerResult) and result.get() == "rebuilt 5"
+    assert result.id == running.celery_task_id
+    assert holder("celery-rebuild:5") is None
+    assert unique_tasks.runs == ["celery-rebuild 5"]
+
+
+def test_a_celery_task_that_retries_runs_again_and_gives_the_name_back_at_the_end() -> None:
+    """Eager, the retry runs inside the first run (Celery's apply); with a worker, the
+    retry's message takes the hold with it (tests/deploy)."""
+    from tests.django.decorated_tasks import celery_app
+
+    unique_tasks.tries.clear()
+    celery_app.conf.task_eager_propagates = False  # (else Celery raises the Retry)
+    try:
+        result = unique_tasks.celery_flaky.delay("nightly")
+    finally:
+        celery_app.conf.task_eager_propagates = True
+    assert result.get() == "nightly after 2 tries"
+    assert unique_tasks.tries["nightly"] == 2
+    assert holder("celery-flaky:nightly") is None
+
+
+def test_celery_unique_options_are_checked_when_the_task_is_made() -> None:
+    from celery import shared_task
+
+    from django_redis_locks.unique.celery_tasks import UniqueTask
+
+    with pytest.raises(InvalidArgument, match="mode"):
+
+        @shared_task(base=UniqueTask, unique={"key": "x:{n}", "mode": "sometimes"})
+        def bad_mode(n: int) -> None: ...
+
+        bad_mode.name  # noqa: B018  (a shared task is made on first use)
+    with pytest.raises(InvalidArgument, match="names no parameter"):
+
+        @shared_task(base=UniqueTask, unique={"key": "x:{missing}"})
+        def bad_key(n: int) -> None: ...
+
+        bad_key.name  # noqa: B018
+
+
+def test_a_name_force_released_before_the_commit_is_taken_anew_at_the_commit() -> None:
+    from django_redis_locks.inspection import force_release
+
+    task = unique_tasks.rebuild
+    with transaction.atomic():
+        task.enqueue_on_commit(14)
+        taken = holder("rebuild:14")
+        assert taken is not None
+        assert force_release("rebuild:14", taken.holder_id)
+    [queued] = task.get_backend().results  # enqueued all the same, under a name of its own
+    assert holder("rebuild:14") is not None and task.find(14).task_id == str(queued.id)
+
+
+def test_a_hold_that_cannot_be_handed_off_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(A hold whose acquire went out twice cannot be handed off while a late copy of it may
+    land.) The enqueue fails, and the name is not left taken for its queued timeout."""
+    from django_redis_locks import LockBackendError
+    from django_redis_locks.unique import handing
+
+    def refuse(lock: Any) -> str:
+        raise LockBackendError("a late copy of its acquire may still land")
+
+    monkeypatch.setattr(handing, "hand_off", refuse)
+    with pytest.raises(LockBackendError):
+        unique_tasks.rebuild.enqueue(15)
+    assert holder("rebuild:15") is None
+    assert unique_tasks.rebuild.get_backend().results == []
