@@ -221,7 +221,7 @@ class Demo:
         """The features that have not been seen at work yet."""
         e = self.events
         seen = {
-            "a task run holding its lock": e.runs["task"],
+            "a unique task run holding its name": e.runs["task"],
             "a run of the semaphore-limited command": e.runs["command"],
             "a 200 from the sync view": e.answered(200, "charge"),
             "a 200 from the async view": e.answered(200, "acharge"),
@@ -277,7 +277,8 @@ class Demo:
         ]
         violations = e.violations()
         lines = [
-            f"locks taken (task runs): {e.runs['task']} ({e.skipped} skipped: lock taken)",
+            f"unique task runs: {e.runs['task']} "
+            f"({e.skipped} enqueues skipped: already queued or running)",
             f"semaphore command runs: {e.runs['command']}",
             f"view requests answered 200: {e.answered(200)} "
             f"(charge {e.answered(200, 'charge')}, acharge {e.answered(200, 'acharge')})",

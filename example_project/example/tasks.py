@@ -1,7 +1,9 @@
-"""A task of Django's task framework under ``@redis_lock``: one rebuild per index at a time.
+"""A unique task of Django's task framework: one rebuild per index queued or running.
 
-``@task()`` goes on top, so the lock wraps the function that the worker runs. A call that
-finds the index being rebuilt already is skipped (it returns None) instead of waiting.
+``@unique_task`` goes above ``@task()``: the enqueue takes the index's name and the run that
+the worker (here the ImmediateBackend, in the enqueuing process) makes holds it until it
+ends. An enqueue that finds the index queued or being rebuilt already is skipped (it returns
+None: the demo's backend keeps no results) instead of queueing a duplicate.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 
-from django_redis_locks import redis_lock
+from django_redis_locks import unique_task
 
 from .holds import record_hold
 
@@ -21,10 +23,10 @@ except ImportError:  # Django < 6.0: the django-tasks backport
 __all__ = ["TaskResultStatus", "rebuild_index"]
 
 
+@unique_task("rebuild:{index}", mode="until_executed", timeout=10, on_conflict="skip")
 @task()
-@redis_lock("rebuild:{index}", timeout=10, on_contention="skip")
-def rebuild_index(index: str) -> str | None:  # None: skipped by @redis_lock
-    """Rebuild a search index (a short sleep here); skipped while another call rebuilds it."""
+def rebuild_index(index: str) -> str:
+    """Rebuild a search index (a short sleep here)."""
     with record_hold("lock", f"rebuild:{index}", by="task"):
         time.sleep(random.uniform(0.2, 0.5))
     return f"rebuilt {index}"

@@ -1,7 +1,7 @@
 """One background worker of the demo; it runs until SIGTERM (or Ctrl-C).
 
 - ``task``: enqueue the ``rebuild_index`` task again and again (run at once by the
-  ImmediateBackend); calls that find the index being rebuilt are skipped;
+  ImmediateBackend); enqueues that find the index queued or being rebuilt are skipped;
 - ``command``: run ``manage.py import_feed`` again and again, as cron would; with more of
   these workers than the command's limit of 2, copies wait for a slot;
 - ``http``: request ``/orders/<id>/charge/`` and ``/acharge/`` for the same order, the
@@ -68,10 +68,10 @@ def run_tasks() -> None:
 
     while True:
         result = rebuild_index.enqueue(random.choice(INDEXES))
-        if result.status == TaskResultStatus.FAILED:
-            record(type="error", by="task", detail=result.errors[-1].traceback.splitlines()[-1])
-        elif result.return_value is None:
+        if result is None:  # queued or running already (on_conflict="skip")
             record(type="skip", by="task")
+        elif result.status == TaskResultStatus.FAILED:
+            record(type="error", by="task", detail=result.errors[-1].traceback.splitlines()[-1])
         time.sleep(random.uniform(0.05, 0.2))
 
 
