@@ -24,6 +24,8 @@ from django_redis_locks.core.errors import (
 )
 
 __all__ = [
+    "instance_of_loaded",
+    "is_django_task",
     "label_of",
     "load_user",
     "prefers_json",
@@ -224,15 +226,26 @@ def refuse_task_objects(func: Any) -> None:
     proxy_class = getattr(celery_local, "Proxy", None) if celery_local is not None else None
     if isinstance(proxy_class, type) and issubclass(type(func), proxy_class):
         _refuse_task("@shared_task / @app.task", "a Celery task proxy")
-    for module, attribute, decorator in (
-        ("django.tasks.base", "Task", "@task"),
-        ("django_tasks.base", "Task", "@task"),
-        ("celery.app.task", "Task", "@shared_task / @app.task"),
-    ):
-        loaded = sys.modules.get(module)
-        task_class = getattr(loaded, attribute, None) if loaded is not None else None
-        if isinstance(task_class, type) and isinstance(func, task_class):
-            _refuse_task(decorator, repr(func))
+    if is_django_task(func):
+        _refuse_task("@task", repr(func))
+    if instance_of_loaded(func, "celery.app.task"):
+        _refuse_task("@shared_task / @app.task", repr(func))
+
+
+def is_django_task(obj: Any) -> bool:
+    """Whether ``obj`` is a task of Django's task framework (``django.tasks`` from Django
+    6.0, the django-tasks backport before)."""
+    return instance_of_loaded(obj, "django.tasks.base") or instance_of_loaded(
+        obj, "django_tasks.base"
+    )
+
+
+def instance_of_loaded(obj: Any, module: str, attribute: str = "Task") -> bool:
+    """Whether ``obj`` is an instance of ``module.attribute``, if that module is loaded at
+    all (never imported here: an object of it exists only once it is)."""
+    loaded = sys.modules.get(module)
+    found = getattr(loaded, attribute, None) if loaded is not None else None
+    return isinstance(found, type) and isinstance(obj, found)
 
 
 def _refuse_task(decorator: str, shown: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +9,7 @@ from django.conf import settings
 
 from django_redis_locks.core.errors import InvalidArgument, InvalidArgumentType
 from django_redis_locks.core.validation import check_ttl
-from django_redis_locks.decorators.callers import label_of
+from django_redis_locks.decorators.callers import is_django_task, label_of
 from django_redis_locks.decorators.decorator import redis_lock
 from django_redis_locks.decorators.names import Namer, signatures_of
 from django_redis_locks.transactions import check_database
@@ -77,7 +76,7 @@ def unique_task(
     )
 
     def decorate(task: Any) -> Any:
-        if not _is_django_task(task):
+        if not is_django_task(task):
             raise InvalidArgumentType(
                 "task",
                 f"@unique_task makes a Django task unique: put it above @task(), not on {task!r}",
@@ -142,12 +141,3 @@ _DEFAULTS: dict[str, Any] = {
     "using": None,
     "database": None,
 }
-
-
-def _is_django_task(task: Any) -> bool:
-    for module in ("django.tasks.base", "django_tasks.base"):
-        loaded = sys.modules.get(module)
-        task_class = getattr(loaded, "Task", None) if loaded is not None else None
-        if isinstance(task_class, type) and isinstance(task, task_class):
-            return True
-    return False

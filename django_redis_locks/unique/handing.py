@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from django_redis_locks.connection import get_backend
 from django_redis_locks.core.errors import (
     AlreadyQueued,
     LockBackendError,
@@ -103,7 +104,7 @@ def existing(spec: Uniqueness, name: str, handle: Callable[[str], Any]) -> Exist
     running_id = holder.django_task_id or holder.celery_task_id
     task_id = running_id
     if task_id is None:
-        record = records.read(Lock(name, using=spec.using).backend, name)
+        record = records.read(get_backend(spec.using), name)
         task_id = record[0] if record is not None else None
     result = None
     if task_id is not None:
