@@ -8,7 +8,15 @@
 ``unique`` takes ``@unique_task``'s arguments (``key`` and the keyword ones). ``apply_async``
 (and ``delay``) take the name and hand it to the message's task id; the worker's call
 (``__call__``) takes it over. A task that retries (``self.retry()``) hands its running hold
-to the retry's message: the name stays taken across retries, until the last run ends.
+to the retry's message (a queued hold again): the name stays taken across retries, until the
+last run ends.
+
+A broker may deliver a task again while a run of it holds the name: ``acks_late`` with
+``reject_on_worker_lost`` after its worker was lost, or a Redis broker's visibility timeout
+shorter than the run. That delivery waits for the name up to the running hold's TTL: a dead
+run's hold expires by then (its renewal stopped) and the delivery runs the task; a live run
+keeps it, or ends meanwhile (it records that it finished), and the delivery is ignored
+(``celery.exceptions.Ignore``: the run it duplicates stores the outcome).
 """
 
 from __future__ import annotations
@@ -18,18 +26,20 @@ import threading
 from typing import Any, ClassVar
 
 from celery import Task
-from celery.exceptions import Retry
+from celery.exceptions import Ignore, Retry
 from celery.result import AsyncResult
 from celery.utils import uuid
 
+from django_redis_locks.core.handoff import hand_off, take_over
 from django_redis_locks.core.lock import Lock
+from django_redis_locks.core.registry import get_lock
 from django_redis_locks.decorators.callers import label_of
 from django_redis_locks.decorators.names import Namer, signatures_of
 
-from . import handing
+from . import handing, records
 from .decorator import check_options
-from .handing import Existing
-from .spec import Uniqueness
+from .handing import Existing, logger
+from .spec import Uniqueness, is_queued
 
 __all__ = ["UniqueTask"]
 
@@ -77,16 +87,11 @@ class UniqueTask(Task):  # type: ignore[misc]
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         name = spec.namer.name(args, kwargs)
         task_id = task_id or uuid()
-        lock = _running_lock(task_id)
-        if lock is None or lock.name != name:
-            fields = {"celery_task": self.name, "celery_task_id": task_id}
-            lock = spec.queued_lock(name, self.name, fields)
-            if not lock.acquire(blocking=False):
-                found = handing.existing(spec, name, AsyncResult)
-                return handing.conflict(found, spec, name, self.name)
-        else:  # a retry of the task this thread runs: its hold goes with the retry
-            lock.extend(spec.queued_timeout, replace=True)
-            _running.holds[task_id][1] = True
+        fields = {"celery_task": self.name, "celery_task_id": task_id}
+        lock = spec.queued_lock(name, self.name, fields)
+        if not _requeued(lock, task_id) and not lock.acquire(blocking=False):
+            found = handing.existing(spec, name, AsyncResult)
+            return handing.conflict(found, spec, name, self.name)
         return handing.enqueue_holding(
             lock, spec, lambda: send(args, kwargs, task_id=task_id, **options), task_id
         )
@@ -116,14 +121,48 @@ class UniqueTask(Task):  # type: ignore[misc]
             if taken:
                 lock.release()
             return run(*args, **kwargs)
-        if not taken and not lock.acquire(blocking=False):
-            return handing.contended(spec, lock, self.name)
+        if not taken:
+            if not (
+                lock.acquire(blocking=False)
+                or (task_id and _delivered_again(spec, lock, str(task_id)))
+            ):
+                return handing.contended(spec, lock, self.name)
+            if task_id and records.finished(lock.backend, lock.name, str(task_id)):
+                lock.release()
+                logger.info("run: %s delivered again after its run ended: ignored", task_id)
+                raise Ignore()
         return _run_holding(lock, str(task_id or ""), lambda: run(*args, **kwargs))
 
 
-def _running_lock(task_id: str) -> Lock | None:
+def _requeued(queued: Lock, task_id: str) -> bool:
+    """A retry of the task this thread runs: its running hold (if on this name) becomes the
+    retry's queued hold (``queued``). Whether it did."""
     entry = getattr(_running, "holds", {}).get(task_id)
-    return None if entry is None or entry[1] else entry[0]
+    if entry is None or entry[1] or entry[0].name != queued.name:
+        return False
+    entry[1] = True  # handed on, whatever comes next: the run does not release it
+    return take_over(queued, hand_off(entry[0]))
+
+
+#: How much longer than a run's hold TTL a second delivery waits for the name.
+_GRACE = 1.0
+
+
+def _delivered_again(spec: Uniqueness, lock: Lock, task_id: str) -> bool:
+    """This task delivered while a run of the same task holds the name (see the module):
+    True once this delivery has the name (the run ended or was lost: the caller tells
+    which); Ignore if it still runs; False: the name is another task's."""
+    holder = get_lock(lock.name, using=spec.using)
+    if holder is None:  # freed meanwhile
+        return lock.acquire(blocking=False)
+    if holder.celery_task_id != task_id or is_queued(holder):
+        return False
+    wait = (holder.ttl or 0.0) + _GRACE  # (a renewal may add its TTL: then the run is alive)
+    if not lock.acquire(blocking=True, timeout=wait):
+        logger.info("run: %s delivered again while it runs: ignored", task_id)
+        raise Ignore()
+    logger.warning("run: %s delivered again while a run held its name: it has it now", task_id)
+    return True
 
 
 def _run_holding(lock: Lock, task_id: str, run: Any) -> Any:
@@ -137,9 +176,22 @@ def _run_holding(lock: Lock, task_id: str, run: Any) -> Any:
             handing.release_quietly(lock)
         raise
     except BaseException:
+        _finish(lock, task_id)
         handing.release_quietly(lock)
         raise
     finally:
         holds.pop(task_id, None)
+    _finish(lock, task_id)
     lock.release()
     return result
+
+
+def _finish(lock: Lock, task_id: str) -> None:
+    """Record that the run has ended (for a delivery of the same task waiting for it)."""
+    if not task_id:
+        return
+    ttl = (lock.timeout or lock.backend.default_timeout) + 2 * _GRACE
+    try:
+        records.finish(lock.backend, lock.name, task_id, ttl)
+    except Exception:
+        logger.exception("finish: lock %r of task %s", lock.name, task_id)

@@ -19,10 +19,11 @@ from django_redis_locks.core.errors import (
 from django_redis_locks.core.handoff import hand_off, take_over
 from django_redis_locks.core.info import HolderInfo
 from django_redis_locks.core.lock import Lock
+from django_redis_locks.core.protocol.tickets import FINISHED
 from django_redis_locks.core.registry import get_lock
 
 from . import records
-from .spec import Uniqueness
+from .spec import Uniqueness, is_queued
 
 __all__ = ["Existing", "conflict", "contended", "enqueue_holding", "existing", "take_queued"]
 
@@ -88,8 +89,8 @@ def take_queued(lock: Lock, task_id: str | None) -> bool:
     if record is None:
         return False
     queued_id, ticket = record
-    if queued_id is not None and queued_id != task_id:
-        return False  # another task's (this one's name ran out while it was queued)
+    if ticket == FINISHED or (queued_id is not None and queued_id != task_id):
+        return False  # a run that has ended, or another task's (this one's ran out queued)
     if not take_over(lock, ticket):
         return False
     records.delete(lock.backend, lock.name)
@@ -101,8 +102,7 @@ def existing(spec: Uniqueness, name: str, handle: Callable[[str], Any]) -> Exist
     holder = get_lock(name, using=spec.using)
     if holder is None:
         return None
-    running_id = holder.django_task_id or holder.celery_task_id
-    task_id = running_id
+    task_id = holder.django_task_id or holder.celery_task_id
     if task_id is None:
         record = records.read(get_backend(spec.using), name)
         task_id = record[0] if record is not None else None
@@ -112,7 +112,7 @@ def existing(spec: Uniqueness, name: str, handle: Callable[[str], Any]) -> Exist
             result = handle(task_id)
         except Exception:  # another backend's task, or a result already removed
             result = None
-    return Existing(name, "running" if running_id else "queued", task_id, holder, result)
+    return Existing(name, "queued" if is_queued(holder) else "running", task_id, holder, result)
 
 
 def conflict(found: Existing | None, spec: Uniqueness, name: str, task: str) -> Any:

@@ -11,7 +11,16 @@ from django_redis_locks.core.connection.backend import Backend
 from django_redis_locks.core.protocol import tickets
 from django_redis_locks.core.validation import to_millis
 
-__all__ = ["delete", "name_task", "read", "running_task_result", "watch_workers", "write"]
+__all__ = [
+    "delete",
+    "finish",
+    "finished",
+    "name_task",
+    "read",
+    "running_task_result",
+    "watch_workers",
+    "write",
+]
 
 #: The TaskResult of the Django task this thread's worker runs now (set by task_started).
 _running: contextvars.ContextVar[Any] = contextvars.ContextVar("drl_running_task", default=None)
@@ -37,6 +46,19 @@ def read(backend: Backend, name: str) -> tuple[str | None, str] | None:
     """(task id or None, ticket) recorded for ``name``, or None."""
     key = backend.keys.ticket(name)
     return tickets.decode_record(backend.command(("GET", key), key))
+
+
+def finish(backend: Backend, name: str, task_id: str, ttl: float) -> None:
+    """Record that task ``task_id``'s run under lock ``name`` has ended, for ``ttl``
+    seconds."""
+    key = backend.keys.ticket(name)
+    value = tickets.encode_record(task_id, tickets.FINISHED)
+    backend.command(("SET", key, value, "PX", to_millis(ttl)), key)
+
+
+def finished(backend: Backend, name: str, task_id: str) -> bool:
+    """Whether a run of task ``task_id`` under lock ``name`` has ended lately."""
+    return read(backend, name) == (task_id, tickets.FINISHED)
 
 
 def delete(backend: Backend, name: str) -> None:

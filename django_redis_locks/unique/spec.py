@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from django_redis_locks.core.info import HolderInfo
 from django_redis_locks.core.lock import Lock
 from django_redis_locks.decorators.names import Namer
 
-__all__ = ["MODES", "Mode", "OnConflict", "OnContention", "Uniqueness"]
+__all__ = ["MODES", "Mode", "OnConflict", "OnContention", "Uniqueness", "is_queued"]
 
 Mode = Literal["until_executing", "until_executed", "until_expired", "while_executing"]
 MODES: tuple[Mode, ...] = ("until_executing", "until_executed", "until_expired", "while_executing")
@@ -18,6 +19,13 @@ OnConflict = Literal["raise", "skip"]
 #: What a worker does when it cannot have the name (its queued hold ran out, and another
 #: task with these arguments runs).
 OnContention = Literal["raise", "skip"]
+#: How a queued task's hold is labelled in listings (then the task's path).
+QUEUED_LABEL = "queued: "
+
+
+def is_queued(holder: HolderInfo) -> bool:
+    """Whether a unique task's hold is a queued task's (else a running one's)."""
+    return (holder.label or "").startswith(QUEUED_LABEL)
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,7 @@ class Uniqueness:
             timeout=self.queued_timeout,
             using=self.using,
             auto_renew=renewed,
-            metadata={"label": f"queued: {task_path}", **fields},
+            metadata={"label": QUEUED_LABEL + task_path, **fields},
             metric_name=self.namer.key if isinstance(self.namer.key, str) else None,
         )
 

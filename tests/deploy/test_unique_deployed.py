@@ -87,21 +87,9 @@ def test_duplicates_enqueued_at_once_by_several_processes_queue_and_run_once(
     deployment: UniqueDeployment,
 ) -> None:
     name, lock = "burst", lock_name("unique", "burst")
-    clients = deployment.more_clients(CLIENTS)
-    by_client = deployment.together(clients, "unique", name, BURST_RUN_SECONDS, EACH)
-    attempts = [attempt for attempts in by_client for attempt in attempts]
-    accepted = [attempt for attempt in attempts if attempt.accepted]
-    refused = [attempt for attempt in attempts if not attempt.accepted]
-    starts = [attempts[0].at for attempts in by_client]
-    deployment.figures.update(
-        unique_enqueues=len(attempts),
-        unique_enqueues_accepted=len(accepted),
-        unique_enqueues_refused=len(refused),
-        unique_burst_spread_s=round(max(starts) - min(starts), 3),
+    first, refused, clients, by_client = deployment.burst(
+        CLIENTS, EACH, "unique", name, BURST_RUN_SECONDS
     )
-    assert len(attempts) == CLIENTS * EACH
-    assert len(accepted) == 1, f"{accepted}\n{deployment.describe()}"
-    [first] = accepted
     assert len(refused) == CLIENTS * EACH - 1
     # A refusal names the task that has the name (None only before its id is stored).
     assert {attempt.task_id for attempt in refused} <= {first.task_id, None}
@@ -123,19 +111,12 @@ def test_duplicates_enqueued_at_once_by_several_processes_queue_and_run_once(
     assert list(deployment.rows("unique").values()) == ["SUCCESSFUL"], "a duplicate was stored"
 
     # Once the run has ended the name is free: the next enqueue is accepted, and runs.
-    _wait_free(deployment, lock)
+    deployment.wait_free(lock)
     assert deployment.find("unique", name) is None
     [again] = deployment.enqueue("unique", name, 0)
     assert again.accepted and again.task_id != first.task_id
     deployment.result(str(again.task_id))
     assert len(_runs(deployment, name)) == 2
-
-
-def _wait_free(deployment: UniqueDeployment, lock: str, timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while deployment.holder(lock) is not None:
-        assert time.monotonic() < deadline, f"{lock!r} still held: {deployment.holder(lock)}"
-        time.sleep(POLL_SECONDS)
 
 
 @pytest.mark.timeout(90)
@@ -150,7 +131,7 @@ def test_until_executing_queues_a_second_task_while_the_first_runs(
     assert first.accepted
     deployment.wait_status("starting", str(first.task_id), "RUNNING")
     deployment.wait_status("bare", str(blocker.handle), "RUNNING")
-    _wait_free(deployment, lock)  # given back as the worker starts it (just after RUNNING)
+    deployment.wait_free(lock)  # given back as the worker starts it (just after RUNNING)
 
     [second] = deployment.enqueue("starting", name, 0)
     [third] = deployment.enqueue("starting", name, 0)
@@ -170,7 +151,7 @@ def test_until_executing_queues_a_second_task_while_the_first_runs(
     assert len(runs) == 2
     assert second_run["start"] >= third.at, "the second task was running, not queued"
     assert set(deployment.rows("starting")) == {first.task_id, second.task_id}
-    _wait_free(deployment, lock)
+    deployment.wait_free(lock)
 
 
 @pytest.mark.timeout(150)
@@ -223,4 +204,4 @@ def test_a_worker_sigkilled_mid_task_frees_the_name_within_the_running_ttl(
     record = deployment.result(str(attempt.task_id))["value"]
     assert record["pid"] != worker.pid
     assert deployment.rows("unique")[str(queued.task_id)] == "RUNNING"  # left by the dead one
-    _wait_free(deployment, lock)
+    deployment.wait_free(lock)

@@ -6,7 +6,6 @@ tests/deploy/test_unique_deployed.py."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from typing import Any
 
@@ -23,7 +22,7 @@ from django_redis_locks import (
 )
 from django_redis_locks.inspection import get_lock
 from tests.django import unique_tasks
-from tests.django.unique_tasks import run_as_worker
+from tests.django.unique_tasks import in_thread, run_as_worker
 from tests.harness.servers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,29 +30,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def _fresh(settings: Any, namespace: str) -> None:
-    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "NAMESPACE": namespace}
-    unique_tasks.runs.clear()
-    unique_tasks.inside.clear()
-    unique_tasks.proceed.clear()
+    unique_tasks.fresh(settings, namespace)
     unique_tasks.rebuild.get_backend().results.clear()
 
 
 def holder(name: str) -> Any:
     return get_lock(name)
-
-
-def in_thread(function: Any) -> tuple[threading.Thread, list[Any]]:
-    out: list[Any] = []
-
-    def run() -> None:
-        try:
-            out.append(function())
-        except BaseException as error:
-            out.append(error)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, out
 
 
 def test_until_executed_refuses_a_duplicate_from_enqueue_to_the_end_of_the_run() -> None:
@@ -274,65 +256,6 @@ def test_bad_arguments_are_refused_when_decorating() -> None:
         unique_task("x")(lambda: None)
     with pytest.raises(InvalidArgument, match="names no parameter"):
         unique_task("x:{missing}")(unique_tasks.rebuild)
-
-
-def test_a_celery_task_is_unique_while_it_runs_and_free_after() -> None:
-    from celery.result import EagerResult
-
-    task = unique_tasks.celery_rebuild
-    thread, out = in_thread(lambda: task.delay(5))
-    assert unique_tasks.inside.wait(10)
-    running = holder("celery-rebuild:5")
-    assert running is not None and running.celery_task_name == task.name
-    assert running.celery_task_id is not None
-    with pytest.raises(AlreadyQueued, match="is running") as refused:
-        task.delay(5)
-    assert refused.value.task_id == running.celery_task_id
-    found = task.find(5)
-    assert found is not None and found.phase == "running"
-    assert found.result.id == running.celery_task_id
-    unique_tasks.proceed.set()
-    thread.join(20)
-    [result] = out
-    assert isinstance(result, EagerResult) and result.get() == "rebuilt 5"
-    assert result.id == running.celery_task_id
-    assert holder("celery-rebuild:5") is None
-    assert unique_tasks.runs == ["celery-rebuild 5"]
-
-
-def test_a_celery_task_that_retries_runs_again_and_gives_the_name_back_at_the_end() -> None:
-    """Eager, the retry runs inside the first run (Celery's apply); with a worker, the
-    retry's message takes the hold with it (tests/deploy)."""
-    from tests.django.decorated_tasks import celery_app
-
-    unique_tasks.tries.clear()
-    celery_app.conf.task_eager_propagates = False  # (else Celery raises the Retry)
-    try:
-        result = unique_tasks.celery_flaky.delay("nightly")
-    finally:
-        celery_app.conf.task_eager_propagates = True
-    assert result.get() == "nightly after 2 tries"
-    assert unique_tasks.tries["nightly"] == 2
-    assert holder("celery-flaky:nightly") is None
-
-
-def test_celery_unique_options_are_checked_when_the_task_is_made() -> None:
-    from celery import shared_task
-
-    from django_redis_locks.unique.celery_tasks import UniqueTask
-
-    with pytest.raises(InvalidArgument, match="mode"):
-
-        @shared_task(base=UniqueTask, unique={"key": "x:{n}", "mode": "sometimes"})
-        def bad_mode(n: int) -> None: ...
-
-        bad_mode.name  # noqa: B018  (a shared task is made on first use)
-    with pytest.raises(InvalidArgument, match="names no parameter"):
-
-        @shared_task(base=UniqueTask, unique={"key": "x:{missing}"})
-        def bad_key(n: int) -> None: ...
-
-        bad_key.name  # noqa: B018
 
 
 def test_a_name_force_released_before_the_commit_is_taken_anew_at_the_commit() -> None:

@@ -19,12 +19,36 @@ except ImportError:  # Django < 6.0
     from django_tasks import TaskContext, task  # type: ignore[no-redef,assignment]
     from django_tasks.signals import task_finished, task_started  # type: ignore[no-redef,unused-ignore]
 
-__all__ = ["TaskContext", "run_as_worker", "runs"]
+__all__ = ["TaskContext", "in_thread", "run_as_worker", "runs"]
 
 runs: list[str] = []
 #: Set by a task while it runs, and awaited before it returns (see ``paused``).
 inside = threading.Event()
 proceed = threading.Event()
+
+
+def fresh(settings: Any, namespace: str) -> None:
+    """Each test's start: the locks in the test's namespace, nothing run or awaited."""
+    settings.DJANGO_REDIS_LOCKS = {"CACHE_ALIAS": "locks", "NAMESPACE": namespace}
+    runs.clear()
+    inside.clear()
+    proceed.clear()
+
+
+def in_thread(function: Any) -> tuple[threading.Thread, list[Any]]:
+    """Call ``function`` in a new thread: (the thread, [its return value or exception] once
+    it ends)."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(function())
+        except BaseException as error:
+            out.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
 
 
 @unique_task("rebuild:{report_id}", mode="until_executed", timeout=5)
@@ -123,3 +147,12 @@ def celery_flaky(self: Any, job: str) -> str:
     if tries[job] < 2:
         raise self.retry(countdown=0)
     return f"{job} after {tries[job]} tries"
+
+
+@shared_task(base=UniqueTask, unique={"key": "celery-report:{report_id}", "timeout": 1})
+def celery_report(report_id: int) -> str:
+    """Held with a TTL of 1 s (renewed): a second delivery waits about that long."""
+    runs.append(f"celery-report {report_id}")
+    inside.set()
+    assert proceed.wait(20)
+    return f"reported {report_id}"

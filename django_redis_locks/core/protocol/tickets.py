@@ -5,7 +5,9 @@ A ticket names one live lock hold for :func:`..handoff.take_over`: ``"drl1.<fenc
 travels from the process that enqueues the task to the worker that runs it in a record at
 ``KeySpace.ticket(name)`` (a STRING, ``"<task id or -> <ticket>"``, expiring with the hold):
 the enqueuer writes it before the task can run, and adds the task id once the task is
-enqueued; the worker reads it, takes the hold over and deletes it.
+enqueued; the worker reads it, takes the hold over and deletes it. When a run of a task that
+a broker may deliver again ends, the record ``"<task id> finished"`` says so, for as long as
+the running hold's TTL (a second delivery waiting for that hold does not run the task again).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from django_redis_locks.core.errors import InvalidArgument, InvalidArgumentType
 
 from .replies import text
 
-__all__ = ["decode_record", "encode_record", "parse_ticket", "ticket"]
+__all__ = ["FINISHED", "decode_record", "encode_record", "parse_ticket", "ticket"]
 
 _PREFIX = "drl1."
 _NO_TASK = "-"
+#: The record's value, in place of a ticket, once the task's run has ended.
+FINISHED = "finished"
 
 
 def ticket(fence: int, token: str) -> str:
@@ -37,15 +41,16 @@ def parse_ticket(value: object) -> tuple[int, str]:
 
 
 def encode_record(task_id: str | None, value: str) -> str:
-    """The record of ``value`` (a ticket) handed to the task ``task_id`` (None: not known
-    yet: the task is being enqueued)."""
+    """The record of ``value`` (a ticket, or FINISHED) handed to the task ``task_id`` (None:
+    not known yet: the task is being enqueued)."""
     if task_id is not None and (not task_id or " " in task_id or task_id == _NO_TASK):
         raise InvalidArgument("task_id", f"cannot be recorded: {task_id!r}")
     return f"{task_id or _NO_TASK} {value}"
 
 
 def decode_record(raw: Any) -> tuple[str | None, str] | None:
-    """(task id or None, ticket) of a record read from Redis; None for none (or garbage)."""
+    """(task id or None, ticket or FINISHED) of a record read from Redis; None for none (or
+    garbage)."""
     if raw is None:
         return None
     task_id, _, value = text(raw).partition(" ")

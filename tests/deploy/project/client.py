@@ -8,7 +8,8 @@ It reads one JSON command per line on stdin and answers one JSON line on stdout:
 - ``{"op": "wait", "ids": [...], "timeout": 60}`` -> ``{"results": [{"ok": true, "value": ...}
   or {"ok": false, "error": "..."}, ...]}`` (in the order of ``ids``)
 
-and, for Django's unique tasks (:mod:`tests.deploy.project.unique_jobs`):
+and, for unique tasks (Django's, :mod:`tests.deploy.project.unique_jobs`; Celery's, in
+:mod:`tests.deploy.project.celery_app`):
 
 - ``{"op": "enqueue", "task": "unique", "args": [...], "count": 5, "at": 12.5}`` ->
   ``{"outcomes": [{"t": ..., "id": "..."} or {"t": ..., "refused": true, "task_id": ...}]}``:
@@ -35,6 +36,34 @@ class Tasks(Protocol):
 
     def wait(self, result_id: str, deadline: float) -> Outcome: ...
 
+    def unique(self, task: str) -> Any:
+        """The unique task ``task`` (its enqueue may raise AlreadyQueued, and it has find)."""
+
+
+def enqueue(
+    tasks: Tasks, task: str, args: list[Any], count: int, at: float | None
+) -> list[Outcome]:
+    """``count`` enqueues of a unique task, from the instant ``at``."""
+    from django_redis_locks import AlreadyQueued
+
+    if at is not None:  # the start instant the test gave every client
+        time.sleep(max(0.0, at - time.monotonic()))
+    outcomes: list[Outcome] = []
+    for _ in range(count):
+        began = time.monotonic()
+        try:
+            result_id = tasks.send(task, args)
+        except AlreadyQueued as refused:
+            outcomes.append({"t": began, "refused": True, "task_id": refused.task_id})
+            continue
+        outcomes.append({"t": began, "id": result_id})
+    return outcomes
+
+
+def find(tasks: Tasks, task: str, args: list[Any]) -> Outcome | None:
+    found = tasks.unique(task).find(*args)
+    return None if found is None else {"phase": found.phase, "task_id": found.task_id}
+
 
 class CeleryTasks:
     def __init__(self) -> None:
@@ -43,7 +72,10 @@ class CeleryTasks:
         self.app = app
 
     def send(self, task: str, args: list[Any]) -> str:
-        return str(self.app.tasks[f"deploy.{task}"].apply_async(args=args).id)
+        return str(self.unique(task).apply_async(args=args).id)
+
+    def unique(self, task: str) -> Any:
+        return self.app.tasks[f"deploy.{task}"]
 
     def wait(self, result_id: str, deadline: float) -> Outcome:
         from celery.exceptions import TimeoutError as CeleryTimeout
@@ -73,6 +105,9 @@ class DjangoTasks:
         self.sent[result.id] = self.tasks[task]
         return str(result.id)
 
+    def unique(self, task: str) -> Any:
+        return self.tasks[task]
+
     def wait(self, result_id: str, deadline: float) -> Outcome:
         result = self.sent[result_id].get_result(result_id)
         while not result.is_finished:
@@ -86,27 +121,6 @@ class DjangoTasks:
             return {"ok": False, "error": f"{error.exception_class_path}: {last[0]}"}
         return {"ok": True, "value": result.return_value}
 
-    def enqueue(self, task: str, args: list[Any], count: int, at: float | None) -> list[Outcome]:
-        from django_redis_locks import AlreadyQueued
-
-        if at is not None:  # the start instant the test gave every client
-            time.sleep(max(0.0, at - time.monotonic()))
-        outcomes: list[Outcome] = []
-        for _ in range(count):
-            began = time.monotonic()
-            try:
-                result = self.tasks[task].enqueue(*args)
-            except AlreadyQueued as refused:
-                outcomes.append({"t": began, "refused": True, "task_id": refused.task_id})
-                continue
-            self.sent[result.id] = self.tasks[task]
-            outcomes.append({"t": began, "id": str(result.id)})
-        return outcomes
-
-    def find(self, task: str, args: list[Any]) -> Outcome | None:
-        found = self.tasks[task].find(*args)
-        return None if found is None else {"phase": found.phase, "task_id": found.task_id}
-
 
 def serve(tasks: Tasks) -> None:
     for line in sys.stdin:
@@ -117,13 +131,11 @@ def serve(tasks: Tasks) -> None:
         elif op == "wait":
             deadline = time.monotonic() + float(command["timeout"])
             reply = {"results": [tasks.wait(result_id, deadline) for result_id in command["ids"]]}
-        elif op == "enqueue" and isinstance(tasks, DjangoTasks):
-            outcomes = tasks.enqueue(
-                command["task"], command["args"], command["count"], command["at"]
-            )
-            reply = {"outcomes": outcomes}
-        elif op == "find" and isinstance(tasks, DjangoTasks):
-            reply = {"found": tasks.find(command["task"], command["args"])}
+        elif op == "enqueue":
+            args = (command["task"], command["args"], command["count"], command["at"])
+            reply = {"outcomes": enqueue(tasks, *args)}
+        elif op == "find":
+            reply = {"found": find(tasks, command["task"], command["args"])}
         else:
             reply = {"error": f"unknown op {op!r}"}
         sys.stdout.write(json.dumps(reply) + "\n")

@@ -29,6 +29,7 @@ RENEWED_TTL = 1.0  # shorter than the runs that hold it: only renewal keeps it
 #: while it is queued (not renewed).
 UNIQUE_TTL = 2.0  # a SIGKILLed worker frees its task's name within it, at most
 UNIQUE_QUEUED_TTL = 30.0
+HARD_TIME_LIMIT = 1.0  # Celery's time_limit of the unique task that overruns it
 
 
 def _append(record: Record) -> None:
