@@ -36,6 +36,7 @@ __all__ = [
     "CLIENT_COMMANDS",
     "CLUSTER_COMMANDS",
     "SCRIPT_COMMANDS",
+    "UNIQUE_TASK_COMMANDS",
     "AclUser",
     "acl_mode",
     "denials",
@@ -71,6 +72,8 @@ SCRIPT_COMMANDS = (
     "zscore",
     "publish",
 )
+#: What unique tasks send on top, outside scripts: their ticket records (plain STRING keys).
+UNIQUE_TASK_COMMANDS = ("get", "set", "getdel")
 #: What redis-py's cluster clients need on top: the slot map and the command table.
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 #: Refusals that are no denial of the library (redis-py ignores them; see the module doc).
@@ -127,12 +130,16 @@ _SESSION_PASSWORD = secrets.token_hex(16)
 
 
 def library_user() -> AclUser | None:
-    """The user the library logs in as in ACL mode (keys and channels of any namespace), or
-    None outside it."""
+    """The user the library logs in as in ACL mode (keys and channels of any namespace, and
+    the documented addition for unique tasks), or None outside it."""
     if not acl_mode():
         return None
     return AclUser(
-        USER, _SESSION_PASSWORD, key_patterns=("*:{*}:*",), channel_patterns=("*:wake*",)
+        USER,
+        _SESSION_PASSWORD,
+        key_patterns=("*:{*}:*",),
+        channel_patterns=("*:wake*",),
+        commands=CLIENT_COMMANDS + SCRIPT_COMMANDS + UNIQUE_TASK_COMMANDS,
     )
 
 

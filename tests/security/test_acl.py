@@ -34,6 +34,7 @@ from tests.harness.acl import (
     CLIENT_COMMANDS,
     CLUSTER_COMMANDS,
     SCRIPT_COMMANDS,
+    UNIQUE_TASK_COMMANDS,
     AclUser,
     acl_mode,
     denials,
@@ -84,6 +85,17 @@ def test_the_rule_grants_every_command_the_scripts_call_and_no_other() -> None:
     called = {m.lower() for s in sources for m in re.findall(r"redis\.p?call\('(\w+)'", s)}
     assert called == set(SCRIPT_COMMANDS)
     assert not re.search(r"redis\.p?call\([^']", "\n".join(sources)), "a command from a variable"
+
+
+def test_the_documented_addition_for_unique_tasks_covers_every_command_they_send() -> None:
+    """Unique tasks send plain commands besides the scripts (their ticket records): each one
+    is in the addition docs/reference.md lists, and the suite's ACL mode grants it."""
+    package = resources.files("django_redis_locks.unique")
+    sources = "\n".join(f.read_text() for f in package.iterdir() if f.name.endswith(".py"))
+    sent = {m.lower() for m in re.findall(r'command\(\s*\(\s*"(\w+)"', sources)}
+    assert sent and sent <= {*UNIQUE_TASK_COMMANDS, *SCRIPT_COMMANDS}, sent  # (DEL: the rule)
+    addition = " ".join(f"+{command}" for command in UNIQUE_TASK_COMMANDS)
+    assert f"| `{addition}` | Unique tasks" in REFERENCE.read_text()
 
 
 # -- refused --------------------------------------------------------------------------------
