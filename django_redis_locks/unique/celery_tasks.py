@@ -77,9 +77,9 @@ class UniqueTask(Task):  # type: ignore[misc]
     def apply_async(
         self, args: Any = None, kwargs: Any = None, task_id: str | None = None, **options: Any
     ) -> Any:
-        """Take the name, then send; on conflict raise AlreadyQueued, or (``"skip"``) return
-        the AsyncResult of the task already queued or running (None if its id is not
-        known)."""
+        """Take the name, then send; on conflict raise AlreadyQueued, or (``"skip"``,
+        ``"reschedule"``) return the AsyncResult of the task already queued or running (None
+        if its id is not known)."""
         spec = self._uniqueness
         send = super().apply_async
         if spec is None or spec.mode == "while_executing":
@@ -89,12 +89,13 @@ class UniqueTask(Task):  # type: ignore[misc]
         task_id = task_id or uuid()
         fields = {"celery_task": self.name, "celery_task_id": task_id}
         lock = spec.queued_lock(name, self.name, fields)
-        if not _requeued(lock, task_id) and not lock.acquire(blocking=False):
-            found = handing.existing(spec, name, AsyncResult)
-            return handing.conflict(found, spec, name, self.name)
-        return handing.enqueue_holding(
-            lock, spec, lambda: send(args, kwargs, task_id=task_id, **options), task_id
-        )
+
+        def sent() -> Any:
+            return send(args, kwargs, task_id=task_id, **options)
+
+        if _requeued(lock, task_id):
+            return handing.enqueue_holding(lock, spec, sent, task_id)
+        return handing.enqueue(spec, lock, sent, self.name, AsyncResult, task_id=task_id)
 
     def find(self, *args: Any, **kwargs: Any) -> Existing | None:
         """The task with these arguments that is queued or running, or None."""
@@ -131,7 +132,12 @@ class UniqueTask(Task):  # type: ignore[misc]
                 lock.release()
                 logger.info("run: %s delivered again after its run ended: ignored", task_id)
                 raise Ignore()
-        return _run_holding(lock, str(task_id or ""), lambda: run(*args, **kwargs))
+        return _run_holding(
+            lock,
+            str(task_id or ""),
+            lambda: run(*args, **kwargs),
+            lambda: handing.rerun_if_asked(spec, lock, lambda: self.apply_async(args, kwargs)),
+        )
 
 
 def _requeued(queued: Lock, task_id: str) -> bool:
@@ -165,8 +171,8 @@ def _delivered_again(spec: Uniqueness, lock: Lock, task_id: str) -> bool:
     return True
 
 
-def _run_holding(lock: Lock, task_id: str, run: Any) -> Any:
-    """Run, then release, unless a retry took the hold with it."""
+def _run_holding(lock: Lock, task_id: str, run: Any, after: Any) -> Any:
+    """Run, then release, unless a retry took the hold with it; then ``after()``."""
     holds = _running.__dict__.setdefault("holds", {})
     entry = holds[task_id] = [lock, False]
     try:
@@ -178,11 +184,13 @@ def _run_holding(lock: Lock, task_id: str, run: Any) -> Any:
     except BaseException:
         _finish(lock, task_id)
         handing.release_quietly(lock)
+        after()
         raise
     finally:
         holds.pop(task_id, None)
     _finish(lock, task_id)
     lock.release()
+    after()
     return result
 
 

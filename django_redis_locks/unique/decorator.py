@@ -54,8 +54,11 @@ def unique_task(
     ``timeout`` is the running task's hold, renewed while it runs (default: the
     ``DEFAULT_TIMEOUT`` setting): a worker killed mid-task frees the name within it.
     ``on_conflict``: what ``enqueue`` does when the name is taken: ``"raise"``
-    (``AlreadyQueued``, with the existing ``task_id``), or ``"skip"`` (return the existing
-    task's TaskResult, None if unknown). ``on_contention``: what a worker does when it cannot
+    (``AlreadyQueued``, with the existing ``task_id``), ``"skip"`` (return the existing
+    task's TaskResult, None if unknown), or ``"reschedule"`` (return it too, and make sure
+    the task runs after it: a queued task will; a running one enqueues its task once more
+    when its run ends, however many enqueues asked meanwhile; modes ``until_executed`` and
+    ``until_executing``). ``on_contention``: what a worker does when it cannot
     have the name (its queued hold ran out and another run has it): ``"raise"``
     (LockNotAcquired) or ``"skip"`` (return ``skip_result``). ``using``: the cache alias;
     ``database``: the transaction ``enqueue_on_commit`` follows (default ``"default"``).
@@ -115,8 +118,15 @@ def check_options(key: Any, **options: Any) -> dict[str, Any]:
     mode, on_conflict = values["mode"], values["on_conflict"]
     if mode not in MODES:
         raise InvalidArgument("mode", f"must be one of {', '.join(map(repr, MODES))}, not {mode!r}")
-    if on_conflict not in ("raise", "skip"):
-        raise InvalidArgument("on_conflict", f"must be 'raise' or 'skip', not {on_conflict!r}")
+    if on_conflict not in ("raise", "skip", "reschedule"):
+        raise InvalidArgument(
+            "on_conflict", f"must be 'raise', 'skip' or 'reschedule', not {on_conflict!r}"
+        )
+    if on_conflict == "reschedule" and mode not in ("until_executed", "until_executing"):
+        raise InvalidArgument(
+            "on_conflict",
+            f"'reschedule' needs mode 'until_executed' or 'until_executing', not {mode!r}",
+        )
     if values["on_contention"] not in ("raise", "skip"):
         raise InvalidArgument(
             "on_contention", f"must be 'raise' or 'skip', not {values['on_contention']!r}"

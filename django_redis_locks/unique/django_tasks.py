@@ -38,15 +38,16 @@ class UniqueTaskMixin:
     # -- the enqueuer ----------------------------------------------------------------------
     def enqueue(self, *args: Any, **kwargs: Any) -> Any:
         """Take the name, then enqueue (see :func:`..unique_task`); on conflict raise
-        AlreadyQueued, or (``on_conflict="skip"``) return the existing task's TaskResult
-        (None when its id or result is not known) without enqueueing."""
+        AlreadyQueued, or (``on_conflict="skip"`` or ``"reschedule"``) return the existing
+        task's TaskResult (None when its id or result is not known) without enqueueing."""
         spec = self.uniqueness
+        send = super().enqueue  # type: ignore[misc]
         if spec.mode == "while_executing":
-            return super().enqueue(*args, **kwargs)  # type: ignore[misc]
+            return send(*args, **kwargs)
         lock = self._queued_lock(args, kwargs)
-        if not lock.acquire(blocking=False):
-            return self._conflict(lock.name)
-        return self._enqueue_holding(lock, args, kwargs)
+        return handing.enqueue(
+            spec, lock, lambda: send(*args, **kwargs), self.module_path, self._handle
+        )
 
     async def aenqueue(self, *args: Any, **kwargs: Any) -> Any:
         """:meth:`enqueue` from asyncio code (run in a worker thread: the hold is taken and
@@ -63,6 +64,11 @@ class UniqueTaskMixin:
             return None
         lock = self._queued_lock(args, kwargs, renewed=True)
         if not lock.acquire(blocking=False):
+            if spec.on_conflict == "reschedule":  # asked at the commit (not if rolled back)
+                connections[spec.database].on_commit(
+                    lambda: self.enqueue(*args, **kwargs), robust=True
+                )
+                return None
             return self._conflict(lock.name)
 
         def at_commit() -> None:
@@ -138,12 +144,15 @@ class UniqueTaskMixin:
             return super().call(*args, **kwargs)  # type: ignore[misc]
         if not taken and not lock.acquire(blocking=False):
             return handing.contended(spec, lock, self.module_path)
+        enqueued = args[1:] if self.takes_context else args  # (a worker passes the context)
         try:
             result = super().call(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
             handing.release_quietly(lock)
+            handing.rerun_if_asked(spec, lock, lambda: self.enqueue(*enqueued, **kwargs))
             raise
         lock.release()  # (LockLost: the task ran without its name for a while)
+        handing.rerun_if_asked(spec, lock, lambda: self.enqueue(*enqueued, **kwargs))
         return result
 
 

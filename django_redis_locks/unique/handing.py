@@ -25,7 +25,16 @@ from django_redis_locks.core.registry import get_lock
 from . import records
 from .spec import Uniqueness, is_queued
 
-__all__ = ["Existing", "conflict", "contended", "enqueue_holding", "existing", "take_queued"]
+__all__ = [
+    "Existing",
+    "conflict",
+    "contended",
+    "enqueue",
+    "enqueue_holding",
+    "existing",
+    "rerun_if_asked",
+    "take_queued",
+]
 
 logger = logging.getLogger("django_redis_locks.unique")
 
@@ -44,6 +53,65 @@ class Existing:
     task_id: str | None
     holder: HolderInfo
     result: Any
+
+
+#: How many times an enqueue that reschedules looks again when the name changes hands as it
+#: asks (each time: the run it found ended, and the name is free or another task's).
+_RESCHEDULE_TRIES = 5
+
+
+def enqueue(
+    spec: Uniqueness,
+    lock: Lock,
+    send: Callable[[], R],
+    task: str,
+    handle: Callable[[str], Any],
+    *,
+    task_id: str | None = None,
+) -> Any:
+    """Take ``lock`` (a queued hold) and enqueue the task (``send``), handing it the hold;
+    or, the name taken, do as ``spec.on_conflict`` says: raise AlreadyQueued, return the
+    existing task's handle (``"skip"``), or (``"reschedule"``) return it once the task is
+    sure to run after that one: a queued task will, a running one is asked to enqueue its
+    task again when its run ends."""
+    found = None
+    for _ in range(_RESCHEDULE_TRIES):
+        if lock.acquire(blocking=False):
+            if spec.on_conflict == "reschedule":  # a rerun asked before: this task is it
+                records.take_rerun(lock.backend, lock.name)
+            return enqueue_holding(lock, spec, send, task_id)
+        found = existing(spec, lock.name, handle)
+        if spec.on_conflict != "reschedule":
+            return conflict(found, spec, lock.name, task)
+        if found is not None and (found.phase == "queued" or _rerun_asked(spec, lock, found)):
+            logger.info("enqueue: %s rescheduled after the %s task", task, found.phase)
+            return found.result
+    logger.warning("enqueue: %s: %r kept changing hands; not rescheduled", task, lock.name)
+    return found.result if found is not None else None
+
+
+def _rerun_asked(spec: Uniqueness, lock: Lock, found: Existing) -> bool:
+    """Ask the run that ``found`` holds the name for a rerun: True once it is sure to see
+    the request (its hold is still there after the request, and a run takes requests only
+    after it has given its hold back), False if the name changed hands meanwhile (the
+    request is taken back: look again)."""
+    records.ask_rerun(lock.backend, lock.name, spec.queued_timeout)
+    now = get_lock(lock.name, using=spec.using)
+    if now is not None and now.holder_id == found.holder.holder_id:
+        return True
+    return not records.take_rerun(lock.backend, lock.name)  # (else the run took it: fine)
+
+
+def rerun_if_asked(spec: Uniqueness, lock: Lock, enqueue_again: Callable[[], Any]) -> None:
+    """After a run has given its hold back: enqueue its task again if a rerun was asked
+    (``on_conflict="reschedule"``) while it ran. Never raises: the run's outcome stands."""
+    if spec.on_conflict != "reschedule":
+        return
+    try:
+        if records.take_rerun(lock.backend, lock.name):
+            enqueue_again()
+    except Exception:
+        logger.exception("rerun: lock %r: the task asked to run again was not enqueued", lock.name)
 
 
 def enqueue_holding(
@@ -117,7 +185,7 @@ def existing(spec: Uniqueness, name: str, handle: Callable[[str], Any]) -> Exist
 
 def conflict(found: Existing | None, spec: Uniqueness, name: str, task: str) -> Any:
     """An enqueue that found ``name`` taken: raise AlreadyQueued, or (``"skip"``) return
-    the existing task's handle."""
+    the existing task's handle."""  # ("reschedule": see enqueue)
     phase = "queued or running" if found is None else found.phase
     task_id = found.task_id if found is not None else None
     if spec.on_conflict == "skip":

@@ -1,5 +1,6 @@
-"""The ticket record of a unique task's name in Redis (its format: ``core.protocol.tickets``),
-and the task a worker runs now (Django's ``task_started`` signal)."""
+"""The records of a unique task's name in Redis: its ticket record (its format:
+``core.protocol.tickets``) and the rerun asked of its running task (``KeySpace.rerun``); and
+the task a worker runs now (Django's ``task_started`` signal)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from django_redis_locks.core.protocol import tickets
 from django_redis_locks.core.validation import to_millis
 
 __all__ = [
+    "ask_rerun",
     "delete",
     "finish",
     "finished",
     "name_task",
     "read",
     "running_task_result",
+    "take_rerun",
     "watch_workers",
     "write",
 ]
@@ -64,6 +67,19 @@ def finished(backend: Backend, name: str, task_id: str) -> bool:
 def delete(backend: Backend, name: str) -> None:
     key = backend.keys.ticket(name)
     backend.command(("DEL", key), key)
+
+
+def ask_rerun(backend: Backend, name: str, ttl: float) -> None:
+    """Ask the task that runs under lock ``name`` to be enqueued once more when its run ends
+    (for ``ttl`` seconds at most)."""
+    key = backend.keys.rerun(name)
+    backend.command(("SET", key, "1", "PX", to_millis(ttl)), key)
+
+
+def take_rerun(backend: Backend, name: str) -> bool:
+    """Take the rerun asked for lock ``name``, if any: whoever takes it enqueues it."""
+    key = backend.keys.rerun(name)
+    return backend.command(("GETDEL", key), key) is not None
 
 
 def running_task_result() -> Any:

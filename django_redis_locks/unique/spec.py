@@ -15,7 +15,7 @@ __all__ = ["MODES", "Mode", "OnConflict", "OnContention", "Uniqueness", "is_queu
 Mode = Literal["until_executing", "until_executed", "until_expired", "while_executing"]
 MODES: tuple[Mode, ...] = ("until_executing", "until_executed", "until_expired", "while_executing")
 #: What an enqueue does when a task with these arguments is queued or running.
-OnConflict = Literal["raise", "skip"]
+OnConflict = Literal["raise", "skip", "reschedule"]
 #: What a worker does when it cannot have the name (its queued hold ran out, and another
 #: task with these arguments runs).
 OnContention = Literal["raise", "skip"]

@@ -81,16 +81,22 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not FIGURES.written:
         return
     terminalreporter.section("deployment figures")
-    keys = ("runs", "max_concurrency", "control_max_concurrency", "contention_answers")
+    keys = (
+        "runs",
+        "max_concurrency",
+        "control_max_concurrency",
+        "contention_answers",
+        "retry_after",
+        "renewal_held_s",
+        "renewal_refusals",
+        "kill_to_free_s",
+    )
+    skipped = {"server", "pool", "outcomes", "run", "finished_at", "redis", "python", "cpus"}
     for record in FIGURES.written:
-        shown = {key: record.get(key) for key in keys}
-        shown.update(
-            retry_after=record.get("retry_after"),
-            renewal_held_s=record.get("renewal_held_s"),
-            renewal_refusals=record.get("renewal_refusals"),
-            kill_to_free_s=record.get("kill_to_free_s"),
-            wall_s=record.get("wall_s"),
-        )
+        if record.get("tasks") == "unique":  # figures of their own (tests/deploy/unique.py)
+            shown = {k: v for k, v in record.items() if k not in skipped and k != "tasks"}
+        else:
+            shown = {key: record.get(key) for key in (*keys, "wall_s")}
         terminalreporter.write_line(
             f"{record['server']}-{record['pool']}: "
             + ", ".join(f"{key}={value}" for key, value in shown.items())

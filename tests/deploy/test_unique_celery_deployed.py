@@ -7,6 +7,8 @@ processes: the name taken at enqueue and handed to the child that runs the task.
 - a child SIGKILLed mid-task: the name is freed within the running hold's TTL;
 - a task past its hard time limit (the pool kills the child): the same;
 - a retry: the name stays taken from the first run to the last, the queued retry included;
+- ``on_conflict="reschedule"``: enqueues while the task runs return its handle, and the task
+  runs once more after it, however many asked;
 - ``acks_late`` with ``reject_on_worker_lost``: the broker delivers the task of a killed
   child again, and that delivery runs it (once the dead run's hold has expired), instead of
   being refused by it.
@@ -202,7 +204,31 @@ def test_an_acks_late_task_whose_child_is_killed_is_delivered_again_and_runs_onc
     [run] = _runs(deployment, name, "redelivered")
     assert run["pid"] != holder.pid
     deployment.figures["celery_kill_to_redelivered_run_s"] = round(run["start"] - killed_at, 3)
-    # It waited for the dead run's hold (never beside it), for no longer than its TTL.
-    assert run["start"] - killed_at <= UNIQUE_TTL + 1
+    # It waited for the dead run's hold (never beside it): the hold expires within its TTL,
+    # and a waiter re-checks at least every second.
+    assert run["start"] - killed_at <= UNIQUE_TTL + 2
     deployment.wait_free(lock)
     assert len(_runs(deployment, name, "redelivered")) == 1, "it ran twice"
+
+
+@pytest.mark.timeout(90)
+def test_enqueues_while_a_task_runs_reschedule_it_once_after_the_run(
+    deployment: UniqueCeleryDeployment,
+) -> None:
+    name, lock = "page", lock_name("refreshed", "page")
+    [first] = deployment.enqueue("refreshed", name, RETRY_COUNTDOWN)
+    assert first.accepted
+    _running(deployment, lock, first.task_id)
+    asked = deployment.enqueue("refreshed", name, 0, count=5)
+    assert {attempt.task_id for attempt in asked} == {first.task_id}  # its handle, each time
+    assert deployment.outcome(str(first.task_id))["ok"]
+    rerun = deployment.wait_holder(
+        lock, lambda info: info.celery_task_id != first.task_id, "the rerun to be enqueued"
+    )
+    assert deployment.outcome(str(rerun.celery_task_id))["ok"]
+    deployment.wait_free(lock)
+    runs = _runs(deployment, name, "refreshed")
+    deployment.figures["rescheduled_runs"] = len(runs)
+    assert len(runs) == 2, runs
+    assert runs[1]["start"] >= runs[0]["end"]
+    assert all(attempt.at < runs[0]["end"] for attempt in asked)

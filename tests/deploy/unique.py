@@ -32,6 +32,7 @@ KEYS = {
     "limited": "limited:{}",
     "retried": "retried:{}",
     "redelivered": "redelivered:{}",
+    "refreshed": "refreshed:{}",
 }
 DJANGO_KINDS = ("unique", "starting")
 

@@ -96,6 +96,16 @@ def export(context: Any, export_id: int) -> str:
     return "exported"
 
 
+@unique_task("refresh:{page}", on_conflict="reschedule", timeout=5)
+@task(backend="deferred")
+def refresh(page: str) -> str:
+    """Asked again while it runs: runs once more after."""
+    runs.append(f"refresh {page}")
+    inside.set()
+    assert proceed.wait(20)
+    return f"refreshed {page}"
+
+
 @unique_task("instant:{n}")
 @task()
 def instant(n: int) -> int:
@@ -156,3 +166,11 @@ def celery_report(report_id: int) -> str:
     inside.set()
     assert proceed.wait(20)
     return f"reported {report_id}"
+
+
+@shared_task(base=UniqueTask, unique={"key": "celery-refresh:{page}", "on_conflict": "reschedule"})
+def celery_refresh(page: str) -> str:
+    runs.append(f"celery-refresh {page}")
+    inside.set()
+    assert proceed.wait(20)
+    return f"refreshed {page}"

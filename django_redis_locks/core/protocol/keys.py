@@ -20,6 +20,9 @@ A name is hashed into one of ``BUCKETS`` buckets and the bucket number is the ke
                                            handed to: "<task id or -> <ticket>" (tickets;
                                            written and read by the Django layer's unique
                                            tasks, never by a script), expiring with the hold
+    <ns>:{<bucket>}:rerun:<name>    STRING "1": a unique task with on_conflict="reschedule"
+                                           is to run once more when the run that holds the
+                                           name ends (written and taken by the Django layer)
     <ns>:{<bucket>}:reg:names       ZSET   registry: "lock:<name>" / "sem:<name>" in name order
     <ns>:{<bucket>}:reg:expiry      ZSET   registry: member -> until when it is kept (ms),
                                            kept lazily (lib/registry): it may name a free
@@ -165,6 +168,10 @@ class KeySpace:
     def ticket(self, name: str) -> str:
         """The key of lock ``name``'s handed-off ticket (see :mod:`.tickets`), in its slot."""
         return f"{self.prefix(self.bucket(name))}ticket:{name}"
+
+    def rerun(self, name: str) -> str:
+        """The key of the rerun asked of lock ``name``'s running task, in its slot."""
+        return f"{self.prefix(self.bucket(name))}rerun:{name}"
 
     def semaphore(self, name: str) -> SemaphoreKeys:
         """Keys of the semaphore called ``name`` (already validated)."""

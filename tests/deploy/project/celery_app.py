@@ -108,3 +108,13 @@ def retried(self: Any, name: str, seconds: float) -> dict[str, Any]:
 def redelivered(name: str, seconds: float) -> dict[str, Any]:
     """Acknowledged when it ends: a worker lost meanwhile has the broker deliver it again."""
     return section.run(name, seconds, "redelivered")
+
+
+@app.task(
+    name="deploy.refreshed",
+    base=UniqueTask,
+    unique={"key": "refreshed:{name}", "on_conflict": "reschedule", **_UNIQUE},
+)
+def refreshed(name: str, seconds: float) -> dict[str, Any]:
+    """Enqueued again while it runs: runs once more after (on_conflict="reschedule")."""
+    return section.run(name, seconds, "refreshed")
