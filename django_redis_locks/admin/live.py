@@ -3,6 +3,7 @@ place."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 from urllib.parse import urlencode
 
@@ -11,9 +12,12 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from django_redis_locks.connection import get_backend
 from django_redis_locks.core.errors import InvalidArgument, InvalidArgumentType, LockBackendError
 from django_redis_locks.core.info import HolderInfo
 from django_redis_locks.core.registry import MAX_PAGE_SIZE, list_locks, list_semaphores
+from django_redis_locks.unique.records import queued_task_id
+from django_redis_locks.unique.spec import is_queued
 
 from .base import KINDS, AdminPages, Crumb
 from .listing import SORTS, Entry, ListState, descending, facets, filtered, sorted_entries
@@ -77,7 +81,7 @@ class LiveList(AdminPages):
                 "release", kind=hold.kind, name=hold.name, holder=hold.holder_id, list=here
             )
 
-        rows = lines(shown[start : start + self.list_per_page], release_url)
+        rows = lines(_named_queued_tasks(shown[start : start + self.list_per_page]), release_url)
         title = f"Live {plural}"
         context = {
             **self._context(request, title, self._crumbs(Crumb(title))),
@@ -193,3 +197,26 @@ def _choice(param: str, value: str | None) -> dict[str, str]:
         host, _, pid = value.rpartition(" ")
         return {"host": host, "pid": pid}
     return {param: value or ""}
+
+
+def _named_queued_tasks(entries: list[Entry]) -> list[Entry]:
+    """The entries, each queued unique Django task's hold with its task id, which its ticket
+    record holds (one read per such hold on the page)."""
+    return [_named(entry) for entry in entries]
+
+
+def _named(entry: Entry) -> Entry:
+    if not (
+        isinstance(entry, HolderInfo)
+        and entry.django_task_name
+        and not entry.django_task_id
+        and is_queued(entry)
+    ):
+        return entry
+    try:
+        task_id = queued_task_id(get_backend(), entry)
+    except LockBackendError:
+        return entry
+    if task_id is None:
+        return entry
+    return dataclasses.replace(entry, metadata={**entry.metadata, "django_task_id": task_id})

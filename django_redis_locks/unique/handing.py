@@ -172,8 +172,7 @@ def existing(spec: Uniqueness, name: str, handle: Callable[[str], Any]) -> Exist
         return None
     task_id = holder.django_task_id or holder.celery_task_id
     if task_id is None:
-        record = records.read(get_backend(spec.using), name)
-        task_id = record[0] if record is not None else None
+        task_id = records.queued_task_id(get_backend(spec.using), holder)
     result = None
     if task_id is not None:
         try:

@@ -9,7 +9,10 @@ import importlib
 from typing import Any
 
 from django_redis_locks.core.connection.backend import Backend
+from django_redis_locks.core.errors import InvalidArgument
+from django_redis_locks.core.info import HolderInfo
 from django_redis_locks.core.protocol import tickets
+from django_redis_locks.core.protocol.holder import holder_id
 from django_redis_locks.core.validation import to_millis
 
 __all__ = [
@@ -18,6 +21,7 @@ __all__ = [
     "finish",
     "finished",
     "name_task",
+    "queued_task_id",
     "read",
     "running_task_result",
     "take_rerun",
@@ -62,6 +66,20 @@ def finish(backend: Backend, name: str, task_id: str, ttl: float) -> None:
 def finished(backend: Backend, name: str, task_id: str) -> bool:
     """Whether a run of task ``task_id`` under lock ``name`` has ended lately."""
     return read(backend, name) == (task_id, tickets.FINISHED)
+
+
+def queued_task_id(backend: Backend, hold: HolderInfo) -> str | None:
+    """The id of the task a queued hold was handed to, from its ticket record (the hold was
+    taken before the task had an id, so its metadata cannot say); None if not recorded (yet),
+    or if the record is another hold's."""
+    record = read(backend, hold.name)
+    if record is None or record[0] is None:
+        return None
+    try:
+        _, token = tickets.parse_ticket(record[1])
+    except InvalidArgument:  # (FINISHED, or garbage)
+        return None
+    return record[0] if holder_id(token) == hold.holder_id else None
 
 
 def delete(backend: Backend, name: str) -> None:

@@ -161,6 +161,23 @@ def test_the_holder_names_the_celery_or_django_task(
     assert "9a1b-django-id" in export.group(0)
 
 
+def test_a_queued_unique_task_shows_its_task_id(viewer: Client) -> None:
+    """Its hold was taken before the task had an id: the id comes from its ticket record."""
+    from tests.django import unique_tasks
+
+    queued = unique_tasks.rebuild.enqueue(77)
+    try:
+        page = viewer.get(LIST).content.decode()
+        cell = re.search(r'<td class="field-holder">.*?</td>', row(page, "rebuild:77"), re.S)
+        assert cell is not None
+        assert "Django task tests.django.unique_tasks.rebuild" in cell.group(0)
+        assert str(queued.id) in cell.group(0)
+    finally:
+        unique_tasks.proceed.set()
+        unique_tasks.run_as_worker(queued)
+    assert get_lock("rebuild:77") is None
+
+
 # -- sorting and the total --------------------------------------------------------------------
 def test_sorting_by_name_age_expiry_and_waiters(
     viewer: Client, holds: list[Lock | Semaphore]
