@@ -5,6 +5,9 @@ tasks (the deferred backend: the test plays the worker) and Celery's (eager)."""
 
 from __future__ import annotations
 
+import queue
+import threading
+import types
 from typing import Any
 
 import pytest
@@ -13,7 +16,8 @@ from django.db import transaction
 from django_redis_locks import InvalidArgument, Lock, unique_task
 from django_redis_locks.connection import get_backend
 from django_redis_locks.inspection import get_lock
-from django_redis_locks.unique import records
+from django_redis_locks.unique import handing, records
+from django_redis_locks.unique.spec import is_queued
 from tests.django import unique_tasks
 from tests.django.unique_tasks import in_thread, run_as_worker
 
@@ -137,3 +141,99 @@ def test_a_celery_task_asked_again_while_it_runs_runs_once_more_after() -> None:
     # (eager: the rerun ran in the first run's thread, as it ended)
     assert unique_tasks.runs == ["celery-refresh home", "celery-refresh home"]
     assert get_lock("celery-refresh:home") is None
+
+
+class Runner:
+    """The run that holds the name, in a thread of its own (a hold is its owner's): it gives
+    its hold back, then looks for a rerun, each step when told."""
+
+    def __init__(self, spec: Any, name: str, sent: list[str]) -> None:
+        self.spec, self.name, self.sent = spec, name, sent
+        self.steps: queue.Queue[str | None] = queue.Queue()
+        self.done: queue.Queue[str] = queue.Queue()
+        self.lock = spec.running_lock(name, {"django_task": "run", "django_task_id": "run-1"})
+        self.thread = threading.Thread(target=self._work)
+        self.thread.start()
+        self.step("take")
+
+    def _work(self) -> None:
+        while (step := self.steps.get()) is not None:
+            if step == "take":
+                assert self.lock.acquire(blocking=False)
+            elif step == "release":
+                self.lock.release()
+            else:  # "rerun": what the run does after giving its hold back
+                handing.rerun_if_asked(self.spec, self.lock, lambda: self._enqueue("rerun"))
+            self.done.put(step)
+
+    def _enqueue(self, what: str) -> Any:
+        queued = self.spec.queued_lock(self.name, "refresh", {"django_task": "refresh"})
+        return handing.enqueue(
+            self.spec, queued, sender(self.sent, what), "refresh", lambda _: None
+        )
+
+    def step(self, step: str) -> None:
+        self.steps.put(step)
+        assert self.done.get(timeout=10) == step
+
+    def stop(self) -> None:
+        self.steps.put(None)
+        self.thread.join(10)
+
+
+def sender(sent: list[str], what: str) -> Any:
+    """A task backend's enqueue: noted in ``sent``; its result has an id."""
+
+    def send() -> Any:
+        sent.append(what)
+        return types.SimpleNamespace(id=f"{what}-{len(sent)}")
+
+    return send
+
+
+def one_order(spec: Any, release_at: int, rerun_at: int, patch: pytest.MonkeyPatch) -> None:
+    """One enqueue that reschedules, the run's steps at the enqueue's steps given."""
+    name = f"refresh:order-{release_at}-{rerun_at}"
+    sent: list[str] = []
+    runner = Runner(spec, name, sent)
+    steps = 0
+    at_steps = ((release_at, "release"), (rerun_at, "rerun"))
+
+    def step_of_the_enqueue(call: Any) -> Any:
+        def stepped(*args: Any, **kwargs: Any) -> Any:
+            nonlocal steps
+            if threading.current_thread() is not runner.thread:
+                for at, what in at_steps:
+                    if steps == at:
+                        runner.step(what)
+                steps += 1
+            return call(*args, **kwargs)
+
+        return stepped
+
+    with patch.context() as patched:
+        for module, attribute in ((handing, "get_lock"), (records, "ask_rerun")):
+            patched.setattr(module, attribute, step_of_the_enqueue(getattr(module, attribute)))
+        patched.setattr(records, "take_rerun", step_of_the_enqueue(records.take_rerun))
+        queued = spec.queued_lock(name, "refresh", {"django_task": "refresh"})
+        handing.enqueue(spec, queued, sender(sent, "enqueue"), "refresh", lambda _: None)
+    for at, what in at_steps:
+        if steps <= at:  # (the enqueue returned first)
+            runner.step(what)
+    runner.stop()
+    assert len(sent) == 1, (release_at, rerun_at, sent)
+    holder = get_lock(name)
+    assert holder is not None and is_queued(holder), (release_at, rerun_at, holder)
+    assert not records.take_rerun(get_backend(), name), "a request left behind"
+
+
+@pytest.mark.parametrize("release_at", range(6))
+def test_every_order_of_a_run_ending_and_a_reschedule_enqueues_the_task_once(
+    release_at: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An enqueue that reschedules and a run that ends, in every order of their Redis steps:
+    the run gives its hold back at the enqueue's step ``release_at``, and looks for a rerun
+    at every later step (or after the enqueue returned). Each time the task is enqueued
+    exactly once more: by the run (a rerun) or by the enqueue itself."""
+    for rerun_at in range(release_at, 7):
+        one_order(unique_tasks.refresh.uniqueness, release_at, rerun_at, monkeypatch)
