@@ -8,7 +8,7 @@ import redis
 
 from benchmarks.registry import CYCLE, Impl, register, semaphore
 from django_redis_locks.core import Backend, Lock, Semaphore
-from django_redis_locks.core.lock import _session
+from django_redis_locks.core.lock import session_of
 from django_redis_locks.core.protocol import lock_calls as lock_protocol
 from django_redis_locks.core.protocol import semaphore_calls as semaphore_protocol
 from django_redis_locks.core.protocol.holder import holder_metadata, new_token
@@ -71,7 +71,7 @@ class OursScripts:
         )
         self._keys = self._lock._keys_for(self._lock.backend)
         owner = threading.current_thread()
-        self._session = _session(owner)
+        self._session = session_of(owner)
         self._metadata = holder_metadata(owner, "")
         self._ttl_ms = to_millis(ttl)
         self._release: Call | None = None
