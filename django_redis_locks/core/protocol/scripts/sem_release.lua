@@ -88,7 +88,9 @@ if expires and expires > now_ms then
         gone = gone_with(info[1], hid, 'R' .. hid)
         avg = semaphore_average(info[5], info[2], now_ms)
     end
-    redis.call('ZREM', KEYS[1], token)
+    if rest ~= 0 or waiting then  -- (else nobody is left: the keep below deletes the key)
+        redis.call('ZREM', KEYS[1], token)
+    end
     last = rest
     if waiting then  -- a slot released while waiters are queued
         hot_note(KEYS[7], member, now_ms, 'held',
