@@ -85,7 +85,7 @@ class UniqueTask(Task):  # type: ignore[misc]
         if spec is None or spec.mode == "while_executing":
             return send(args, kwargs, task_id=task_id, **options)
         args, kwargs = tuple(args or ()), dict(kwargs or {})
-        name = spec.namer.name(args, kwargs)
+        name = spec.name(args, kwargs)
         task_id = task_id or uuid()
         fields = {"celery_task": self.name, "celery_task_id": task_id}
         lock = spec.queued_lock(name, self.name, fields)
@@ -102,7 +102,7 @@ class UniqueTask(Task):  # type: ignore[misc]
         spec = self._uniqueness
         if spec is None:
             return None
-        return handing.existing(spec, spec.namer.name(args, kwargs), AsyncResult)
+        return handing.existing(spec, spec.name(args, kwargs), AsyncResult)
 
     # -- the worker ------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -116,7 +116,7 @@ class UniqueTask(Task):  # type: ignore[misc]
         fields = {"celery_task": self.name}
         if task_id:
             fields["celery_task_id"] = str(task_id)
-        lock = spec.running_lock(spec.namer.name(args, kwargs), fields)
+        lock = spec.running_lock(spec.name(args, kwargs), fields)
         taken = spec.mode != "while_executing" and handing.take_queued(lock, task_id)
         if spec.mode == "until_executing":
             if taken:

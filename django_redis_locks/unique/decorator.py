@@ -10,7 +10,6 @@ from django.conf import settings
 from django_redis_locks.core.errors import InvalidArgument, InvalidArgumentType
 from django_redis_locks.core.validation import check_ttl
 from django_redis_locks.decorators.callers import is_django_task, label_of
-from django_redis_locks.decorators.decorator import redis_lock
 from django_redis_locks.decorators.names import Namer, signatures_of
 from django_redis_locks.transactions import check_database
 
@@ -88,18 +87,7 @@ def unique_task(
             namer=Namer(key, signatures_of(task.func), label_of(task.func)), **options
         )
         watch_workers()
-        func = None
-        if mode == "while_executing":
-            guard: Any = redis_lock  # (its overloads want a literal policy)
-            func = guard(
-                key,
-                timeout=spec.timeout,
-                auto_renew=True,
-                on_contention=on_contention,
-                skip_result=skip_result,
-                using=using,
-            )(task.func)
-        return make_unique(task, spec, func)
+        return make_unique(task, spec)
 
     return decorate
 

@@ -129,30 +129,30 @@ class UniqueTaskMixin:
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """Run the task the unique way (what a worker calls)."""
         spec = self.uniqueness
-        if spec.mode in ("while_executing", "until_expired"):
+        if spec.mode == "until_expired":
             return super().call(*args, **kwargs)  # type: ignore[misc]
-        name = spec.namer.name(args, kwargs)
+        passed = args[1:] if self.takes_context else args  # (a worker passes the context)
+        name = spec.name(passed, kwargs, context=self.takes_context)
         task_id = _running_id(args, self.takes_context)
         fields = {"django_task": self.module_path}
         if task_id is not None:
             fields["django_task_id"] = task_id
         lock = spec.running_lock(name, fields)
-        taken = handing.take_queued(lock, task_id)
+        taken = spec.mode != "while_executing" and handing.take_queued(lock, task_id)
         if spec.mode == "until_executing":
             if taken:
                 lock.release()
             return super().call(*args, **kwargs)  # type: ignore[misc]
         if not taken and not lock.acquire(blocking=False):
             return handing.contended(spec, lock, self.module_path)
-        enqueued = args[1:] if self.takes_context else args  # (a worker passes the context)
         try:
             result = super().call(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
             handing.release_quietly(lock)
-            handing.rerun_if_asked(spec, lock, lambda: self.enqueue(*enqueued, **kwargs))
+            handing.rerun_if_asked(spec, lock, lambda: self.enqueue(*passed, **kwargs))
             raise
         lock.release()  # (LockLost: the task ran without its name for a while)
-        handing.rerun_if_asked(spec, lock, lambda: self.enqueue(*enqueued, **kwargs))
+        handing.rerun_if_asked(spec, lock, lambda: self.enqueue(*passed, **kwargs))
         return result
 
 
@@ -182,9 +182,7 @@ def unique_class(base: type) -> type:
     return made
 
 
-def make_unique(task: Any, uniqueness: Uniqueness, func: Any = None) -> Any:
-    """A copy of ``task`` of its unique class (with ``func`` instead of its own if given)."""
+def make_unique(task: Any, uniqueness: Uniqueness) -> Any:
+    """A copy of ``task`` of its unique class."""
     values = {f.name: getattr(task, f.name) for f in fields(task) if f.init}
-    if func is not None:
-        values["func"] = func
     return unique_class(type(task))(**values, uniqueness=uniqueness)

@@ -3,6 +3,7 @@ it takes for a task's arguments."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -42,10 +43,13 @@ class Uniqueness:
     using: str | None
     database: str
 
-    def name(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, context: bool) -> str:
-        """The lock name of an enqueue's arguments (``context``: the function takes the task
-        context first, which an enqueue does not pass)."""
-        return self.namer.name((None, *args) if context else args, kwargs)
+    def name(self, args: Any, kwargs: dict[str, Any], *, context: bool = False) -> str:
+        """The lock name of a task's arguments (without the task context), the same for the
+        enqueue and for the worker: made from the arguments as the queue gives them back
+        (JSON: a tuple comes back a list). ``context``: the function takes the task context
+        first."""
+        args, kwargs = _as_delivered(tuple(args)), _as_delivered(kwargs)
+        return self.namer.name((None, *args) if context else tuple(args), kwargs)
 
     def queued_lock(
         self, name: str, task_path: str, fields: dict[str, str], *, renewed: bool = False
@@ -72,3 +76,12 @@ class Uniqueness:
             metadata=fields,
             metric_name=self.namer.key if isinstance(self.namer.key, str) else None,
         )
+
+
+def _as_delivered(value: Any) -> Any:
+    """``value`` as a JSON queue gives it back (itself if it is not JSON: a queue that
+    pickles gives it back as it is)."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return value

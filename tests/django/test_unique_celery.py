@@ -179,3 +179,20 @@ def test_a_delivery_of_another_task_while_the_name_is_held_is_contended() -> Non
     with pytest.raises(Exception, match="held by another run"):
         task.apply((4,), task_id="mine-4").get()
     assert time.monotonic() - began < 1.0  # no wait: the hold is another task's
+
+
+def test_a_tuple_argument_names_the_task_as_the_worker_gets_it_back() -> None:
+    """Celery's JSON messages give a tuple back as a list: the enqueue and the worker name
+    the task alike."""
+    task = unique_tasks.celery_pair
+    conf = celery_app.conf
+    saved = conf.task_always_eager, conf.broker_url
+    conf.task_always_eager, conf.broker_url = False, "memory://"  # sent: nobody runs it
+    try:
+        sent = task.delay((1, 2))
+    finally:
+        conf.task_always_eager, conf.broker_url = saved
+    found = task.find([1, 2])
+    assert found is not None and found.task_id == sent.id
+    assert task.apply(([1, 2],), task_id=sent.id).get() == "paired"  # as the worker gets it
+    assert task.find((1, 2)) is None and task.find([1, 2]) is None

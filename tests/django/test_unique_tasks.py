@@ -6,6 +6,7 @@ tests/deploy/test_unique_deployed.py."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -285,3 +286,37 @@ def test_a_hold_that_cannot_be_handed_off_is_given_back(monkeypatch: pytest.Monk
         unique_tasks.rebuild.enqueue(15)
     assert holder("rebuild:15") is None
     assert unique_tasks.rebuild.get_backend().results == []
+
+
+def test_a_tuple_argument_names_the_task_as_the_worker_gets_it_back() -> None:
+    """A queue hands the arguments back as JSON, a tuple as a list: the enqueue names the
+    task the way the worker will (else the worker ran under another name, and the queued
+    hold kept the name for queued_timeout after the run)."""
+    task = unique_tasks.pair
+    queued = task.enqueue((1, 2))
+    with pytest.raises(AlreadyQueued):
+        task.enqueue([1, 2])
+    for items in ((1, 2), [1, 2]):
+        found = task.find(items)
+        assert found is not None and found.task_id == str(queued.id)
+    delivered = dataclasses.replace(queued, args=[[1, 2]])  # as the queue gives it back
+    assert run_as_worker(delivered) == "paired"
+    assert task.find((1, 2)) is None and task.find([1, 2]) is None
+    assert unique_tasks.runs == ["pair [1, 2]"]
+
+
+def test_while_executing_names_the_running_task_in_find_and_the_listing() -> None:
+    task = unique_tasks.mirror
+    queued = task.enqueue("acme")  # nothing taken at enqueue
+    assert task.find("acme") is None
+    thread, out = in_thread(lambda: run_as_worker(queued))
+    assert unique_tasks.inside.wait(10)
+    found = task.find("acme")
+    assert found is not None and (found.phase, found.task_id) == ("running", str(queued.id))
+    assert found.holder.django_task_id == str(queued.id)
+    with pytest.raises(LockNotAcquired):  # another run meanwhile
+        run_as_worker(task.enqueue("acme"))
+    unique_tasks.proceed.set()
+    thread.join(20)
+    assert out == ["mirrored acme"]
+    assert task.find("acme") is None

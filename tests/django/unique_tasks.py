@@ -106,6 +106,21 @@ def refresh(page: str) -> str:
     return f"refreshed {page}"
 
 
+@unique_task("mirror:{account}", mode="while_executing", timeout=5)
+@task(backend="deferred")
+def mirror(account: str) -> str:
+    inside.set()
+    assert proceed.wait(20)
+    return f"mirrored {account}"
+
+
+@unique_task("pair:{items}", timeout=5)
+@task(backend="deferred")
+def pair(items: Any) -> str:
+    runs.append(f"pair {list(items)}")
+    return "paired"
+
+
 @unique_task("instant:{n}")
 @task()
 def instant(n: int) -> int:
@@ -174,3 +189,9 @@ def celery_refresh(page: str) -> str:
     inside.set()
     assert proceed.wait(20)
     return f"refreshed {page}"
+
+
+@shared_task(base=UniqueTask, unique={"key": "celery-pair:{items}", "timeout": 5})
+def celery_pair(items: Any) -> str:
+    runs.append(f"celery-pair {list(items)}")
+    return "paired"
