@@ -119,15 +119,15 @@ def enqueue_holding(
 ) -> R:
     """Hand off ``lock`` (held by this thread) to the task that ``send`` enqueues: the
     ticket is recorded first (for ``task_id`` if known), so that the task finds it however
-    soon it runs; if ``send`` raises, the name is given back."""
+    soon it runs; if recording it or ``send`` raises, the name is given back."""
     try:
         ticket = hand_off(lock)
     except LockBackendError:  # (a late copy of its acquire may land: not handed off)
         release_quietly(lock)
         raise
     backend = lock.backend
-    records.write(backend, lock.name, ticket, spec.queued_timeout, task_id)
     try:
+        records.write(backend, lock.name, ticket, spec.queued_timeout, task_id)
         sent = send()
     except BaseException:
         _give_back(lock, ticket)

@@ -13,6 +13,8 @@ from django_redis_locks.core.errors import InvalidArgument
 from django_redis_locks.core.info import HolderInfo
 from django_redis_locks.core.protocol import tickets
 from django_redis_locks.core.protocol.holder import holder_id
+from django_redis_locks.core.protocol.scripting import Call, load
+from django_redis_locks.core.runtime.driver import Command, Eval, Operation, drive
 from django_redis_locks.core.validation import to_millis
 
 __all__ = [
@@ -37,22 +39,26 @@ def write(backend: Backend, name: str, ticket: str, ttl: float, task_id: str | N
     """Record ``ticket`` for lock ``name``'s next worker (the task ``task_id``, if known),
     for ``ttl`` seconds (the hold's)."""
     key = backend.keys.ticket(name)
-    value = tickets.encode_record(task_id, ticket)
-    backend.command(("SET", key, value, "PX", to_millis(ttl)), key)
+    _command(backend, key, "SET", key, tickets.encode_record(task_id, ticket), "PX", to_millis(ttl))
 
 
-def name_task(backend: Backend, name: str, ticket: str, task_id: str) -> None:
-    """Add the enqueued task's id to the record, if it is still there (a worker may have
-    taken the hold over already) and still this ticket's."""
+def name_task(backend: Backend, name: str, ticket: str, task_id: str) -> bool:
+    """Add the enqueued task's id to the record, if it is still the one :func:`write` wrote
+    for ``ticket`` (not if a worker took the hold over, nor a newer enqueue's record, which
+    stays): whether it did."""
     key = backend.keys.ticket(name)
-    value = tickets.encode_record(task_id, ticket)
-    backend.command(("SET", key, value, "XX", "KEEPTTL"), key)
+    args = (tickets.encode_record(None, ticket), tickets.encode_record(task_id, ticket))
+
+    def operation() -> Operation[bool]:
+        return bool((yield Eval(Call(load("ticket_name"), (key,), args))))
+
+    return drive(operation(), backend)
 
 
 def read(backend: Backend, name: str) -> tuple[str | None, str] | None:
     """(task id or None, ticket) recorded for ``name``, or None."""
     key = backend.keys.ticket(name)
-    return tickets.decode_record(backend.command(("GET", key), key))
+    return tickets.decode_record(_command(backend, key, "GET", key))
 
 
 def finish(backend: Backend, name: str, task_id: str, ttl: float) -> None:
@@ -60,7 +66,7 @@ def finish(backend: Backend, name: str, task_id: str, ttl: float) -> None:
     seconds."""
     key = backend.keys.ticket(name)
     value = tickets.encode_record(task_id, tickets.FINISHED)
-    backend.command(("SET", key, value, "PX", to_millis(ttl)), key)
+    _command(backend, key, "SET", key, value, "PX", to_millis(ttl))
 
 
 def finished(backend: Backend, name: str, task_id: str) -> bool:
@@ -84,20 +90,29 @@ def queued_task_id(backend: Backend, hold: HolderInfo) -> str | None:
 
 def delete(backend: Backend, name: str) -> None:
     key = backend.keys.ticket(name)
-    backend.command(("DEL", key), key)
+    _command(backend, key, "DEL", key)
 
 
 def ask_rerun(backend: Backend, name: str, ttl: float) -> None:
     """Ask the task that runs under lock ``name`` to be enqueued once more when its run ends
     (for ``ttl`` seconds at most)."""
     key = backend.keys.rerun(name)
-    backend.command(("SET", key, "1", "PX", to_millis(ttl)), key)
+    _command(backend, key, "SET", key, "1", "PX", to_millis(ttl))
 
 
 def take_rerun(backend: Backend, name: str) -> bool:
     """Take the rerun asked for lock ``name``, if any: whoever takes it enqueues it."""
     key = backend.keys.rerun(name)
-    return backend.command(("GETDEL", key), key) is not None
+    return _command(backend, key, "GETDEL", key) is not None
+
+
+def _command(backend: Backend, key: str, *args: Any) -> Any:
+    """One plain command on the node serving ``key``; LockBackendError when Redis fails."""
+
+    def operation() -> Operation[Any]:
+        return (yield Command(args, key))
+
+    return drive(operation(), backend)
 
 
 def running_task_result() -> Any:

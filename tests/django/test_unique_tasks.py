@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import time
 from typing import Any
 
 import pytest
+import redis
 from django.db import transaction
 
 from django_redis_locks import (
@@ -18,13 +20,17 @@ from django_redis_locks import (
     InvalidArgument,
     InvalidArgumentType,
     Lock,
+    LockBackendError,
     LockNotAcquired,
     unique_task,
 )
+from django_redis_locks.core import Backend
 from django_redis_locks.inspection import get_lock
+from django_redis_locks.unique import handing
 from tests.django import unique_tasks
-from tests.django.unique_tasks import in_thread, run_as_worker
-from tests.harness.servers import wait_until
+from tests.django.unique_tasks import in_thread, run_as_worker, task_enqueued
+from tests.harness.acl import namespace_user
+from tests.harness.servers import RedisServer, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -320,3 +326,47 @@ def test_while_executing_names_the_running_task_in_find_and_the_listing() -> Non
     thread.join(20)
     assert out == ["mirrored acme"]
     assert task.find("acme") is None
+
+
+def test_an_enqueue_that_returns_late_leaves_a_newer_tasks_record_alone() -> None:
+    """Between the backend's enqueue and the record's task id, the task ran to its end and
+    a newer enqueue took the name: the late write of the older id must not replace the
+    newer task's record (else the newer task could not take its hold over)."""
+    task = unique_tasks.rebuild
+    newer: list[Any] = []
+
+    def meanwhile(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        if newer or task_result.task.module_path != task.module_path:
+            return
+        newer.append(None)
+        run_as_worker(task_result)  # a fast worker: the task ran, the name is free
+        newer[0] = task.enqueue(3)  # a newer enqueue takes it
+
+    task_enqueued.connect(meanwhile)
+    try:
+        first = task.enqueue(3)
+    finally:
+        task_enqueued.disconnect(meanwhile)
+    assert newer[0] is not None and newer[0].id != first.id
+    found = task.find(3)
+    assert found is not None and found.task_id == str(newer[0].id)
+    assert run_as_worker(newer[0]) == "rebuilt 3"
+    assert unique_tasks.runs == ["rebuild 3", "rebuild 3"]
+    assert holder("rebuild:3") is None
+
+
+def test_a_ticket_record_that_cannot_be_written_gives_the_name_back() -> None:
+    """Redis refuses the record right after the hand-off (here: a user without SET, as a
+    failover or a timeout could refuse it): LockBackendError, nothing enqueued, and the
+    name is free again (it stayed taken for queued_timeout, naming no task)."""
+    user = namespace_user("drl", secrets.token_hex(8))  # the rule without the addition
+    with RedisServer(acl_user=user) as server, redis.Redis.from_url(server.url) as client:
+        backend = Backend(client, namespace="drl")
+        lock = Lock("rebuild:9", client=backend, timeout=60, auto_renew=False)
+        assert lock.acquire(blocking=False)
+        sent: list[str] = []
+        spec = unique_tasks.rebuild.uniqueness
+        with pytest.raises(LockBackendError, match=r"NOPERM|permission"):
+            handing.enqueue_holding(lock, spec, lambda: sent.append("sent"))
+        assert sent == []
+        assert get_lock("rebuild:9", client=backend) is None

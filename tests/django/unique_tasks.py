@@ -14,12 +14,16 @@ from django_redis_locks import unique_task
 
 try:
     from django.tasks import TaskContext, task
-    from django.tasks.signals import task_finished, task_started
+    from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:  # Django < 6.0
     from django_tasks import TaskContext, task  # type: ignore[no-redef,assignment]
-    from django_tasks.signals import task_finished, task_started  # type: ignore[no-redef,unused-ignore]
+    from django_tasks.signals import (  # type: ignore[no-redef,unused-ignore]
+        task_enqueued,
+        task_finished,
+        task_started,
+    )
 
-__all__ = ["TaskContext", "in_thread", "run_as_worker", "runs"]
+__all__ = ["TaskContext", "in_thread", "run_as_worker", "runs", "task_enqueued"]
 
 runs: list[str] = []
 #: Set by a task while it runs, and awaited before it returns (see ``paused``).

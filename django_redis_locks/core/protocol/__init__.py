@@ -22,7 +22,9 @@ The index of the wire formats: where each is defined, the Lua that writes it (sc
     wake-up messages      wake_messages; PUBLISHed by lib/lock, lib/semaphore and
                           lock_release; split_message and decode_wake read
     tickets               tickets (a handed-off hold; lock_take_over reads it) and the
-                          ticket record of a unique task (written and read in Python only)
+                          ticket record of a unique task (unique.records writes and reads
+                          it; ticket_name adds the task's id if the record is still the
+                          enqueue's), the rerun record (keys; unique.records)
     holder metadata       holder (JSON, built once per owner); stored as given; read by info
     replies               each script's header; lock_calls, semaphore_calls and replies
                           decode them
