@@ -30,6 +30,7 @@ from celery.exceptions import Ignore, Retry
 from celery.result import AsyncResult
 from celery.utils import uuid
 
+from django_redis_locks.core.errors import InvalidArgument
 from django_redis_locks.core.handoff import hand_off, take_over
 from django_redis_locks.core.lock import Lock
 from django_redis_locks.core.registry import get_lock
@@ -63,6 +64,8 @@ class UniqueTask(Task):  # type: ignore[misc]
             raise TypeError(f"{cls.__name__}: unique must be a dict with a 'key'")
         options = dict(options)
         key = options.pop("key")
+        if "database" in options:  # (enqueue_on_commit is Django's tasks')
+            raise InvalidArgument("unique", "'database' applies to Django's tasks only")
         values = check_options(key, **options)
         run = cls.__dict__.get("run")
         if run is None:

@@ -110,6 +110,12 @@ def check_options(key: Any, **options: Any) -> dict[str, Any]:
         raise InvalidArgument(
             "on_conflict", f"must be 'raise', 'skip' or 'reschedule', not {on_conflict!r}"
         )
+    if mode == "while_executing" and on_conflict != "raise":
+        raise InvalidArgument(
+            "on_conflict",
+            f"{on_conflict!r} has no effect in mode 'while_executing': nothing is taken at "
+            "enqueue (on_contention says what a run that finds the name taken does)",
+        )
     if on_conflict == "reschedule" and mode not in ("until_executed", "until_executing"):
         raise InvalidArgument(
             "on_conflict",

@@ -56,12 +56,12 @@ class UniqueTaskMixin:
 
     def enqueue_on_commit(self, *args: Any, **kwargs: Any) -> Any:
         """Take the name now, and enqueue when the transaction on the decorator's
-        ``database`` commits (at once outside one); a rollback gives the name back. On
-        conflict: as :meth:`enqueue`. Returns None (the task exists from the commit on)."""
+        ``database`` commits; a rollback gives the name back. On conflict: as
+        :meth:`enqueue`. Returns None (the task exists from the commit on), or the existing
+        task's TaskResult (skipped); outside a transaction, what :meth:`enqueue` returns."""
         spec = self.uniqueness
         if spec.mode == "while_executing" or not in_transaction(spec.database):
-            self.enqueue(*args, **kwargs)
-            return None
+            return self.enqueue(*args, **kwargs)
         lock = self._queued_lock(args, kwargs, renewed=True)
         if not lock.acquire(blocking=False):
             if spec.on_conflict == "reschedule":  # asked at the commit (not if rolled back)

@@ -87,6 +87,12 @@ def test_celery_unique_options_are_checked_when_the_task_is_made() -> None:
         def bad_key(n: int) -> None: ...
 
         bad_key.name  # noqa: B018
+    with pytest.raises(InvalidArgument, match="Django's tasks only"):
+
+        @shared_task(base=UniqueTask, unique={"key": "x:{n}", "database": "default"})
+        def bad_database(n: int) -> None: ...
+
+        bad_database.name  # noqa: B018
 
 
 def test_a_celery_task_sent_to_the_broker_is_found_queued_until_a_worker_runs_it() -> None:

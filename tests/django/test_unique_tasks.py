@@ -233,8 +233,11 @@ def test_an_enqueue_on_commit_rolled_back_gives_the_name_back() -> None:
         raise RuntimeError("rolled back")
     wait_until(lambda: holder("rebuild:13") is None, timeout=5, what="given back")
     assert task.get_backend().results == []
-    task.enqueue_on_commit(13)  # outside a transaction: enqueued at once
-    assert len(task.get_backend().results) == 1
+    enqueued = task.enqueue_on_commit(13)  # outside a transaction: enqueued at once
+    assert [r.id for r in task.get_backend().results] == [enqueued.id]
+    skipped = unique_tasks.notify  # on_conflict="skip": outside, the existing task's result
+    first = skipped.enqueue_on_commit(13)
+    assert skipped.enqueue_on_commit(13).id == first.id
 
 
 def test_the_queued_hold_waiting_for_a_long_commit_is_renewed() -> None:
@@ -254,6 +257,7 @@ def test_bad_arguments_are_refused_when_decorating() -> None:
         ({"queued_timeout": 0}, InvalidArgument, "queued_timeout"),
         ({"timeout": -1}, InvalidArgument, "timeout"),
         ({"database": "nowhere"}, InvalidArgument, "database"),
+        ({"mode": "while_executing", "on_conflict": "skip"}, InvalidArgument, "no effect"),
     ):
         with pytest.raises(error, match=match):
             unique_task("x:{n}", **options)
