@@ -11,6 +11,8 @@ on an emptied database (``FLUSHALL``), by one worker process:
   per name, one client), and beside it the cheapest peers through their benchmark adapters.
 - ``LIVE_LOCKS`` live locks, taken in pipelines of acquire scripts (as item 6 fills its
   10,000), with the same metadata: megabytes and bytes per lock, once per run.
+- ``BUSY_NAMES`` lock names each acquired and released ``BUSY_CYCLES`` times (a name in
+  steady use: its recent releases and average hold filled): what each keeps, once per run.
 
 Memory is ``used_memory`` less the clients' buffers (``mem_clients_normal`` and
 ``mem_clients_slaves``), so that connections opening or closing elsewhere (idle wake-up
@@ -54,9 +56,15 @@ OURS = ("ours", "ours-sem")
 PEERS = ("floor", "redis-py", "python-redis-lock")
 #: Repetitions of the per-name figures (at most; fewer when the run has fewer).
 MAX_REPS = 3
-#: Issue 15's targets for what a released name leaves.
+BUSY_NAMES = 1_000
+BUSY_CYCLES = 20
+#: Issue 15's targets for what a released name leaves; issue 22's for a live lock, many live
+#: locks, and a name in steady use.
 RELEASED_TARGET_BYTES = 300
 LIFE_TARGET_S = 300.0
+LIVE_TARGET_BYTES = 450
+LIVE_LOCKS_TARGET_MB = 50.0
+BUSY_TARGET_BYTES = 300
 #: How long to wait for the server to free objects in the background (lazy free).
 SETTLE_S = 10.0
 
@@ -170,6 +178,36 @@ def _live_locks(admin: redis.Redis, params: dict[str, Any]) -> dict[str, float]:
     return {"locks": LIVE_LOCKS, "mb": used / 1e6, "bytes_per_lock": used / LIVE_LOCKS}
 
 
+def _busy_names(admin: redis.Redis, params: dict[str, Any]) -> dict[str, float]:
+    """``BUSY_NAMES`` lock names, each acquired and released ``BUSY_CYCLES`` times: the
+    memory each keeps, over the memory before."""
+    _empty(admin)
+    client = redis.Redis(host=params["host"], port=params["port"], socket_timeout=60)
+    backend = Backend(client, namespace=NAMESPACE)
+    (warm_acquire, warm_release), *holders = _holders(
+        "ours", backend, ["warm-up"] + [f"order:{i}" for i in range(BUSY_NAMES)]
+    )
+    try:
+        if not warm_acquire():
+            raise RuntimeError("ours: a free name could not be taken")
+        warm_release()
+        before = _memory(admin)
+        for _ in range(BUSY_CYCLES):
+            for acquire, release in holders:
+                if not acquire():
+                    raise RuntimeError("ours: a free name could not be taken")
+                release()
+        after = _memory(admin)
+    finally:
+        backend.close()
+        client.close()
+    return {
+        "names": BUSY_NAMES,
+        "cycles": BUSY_CYCLES,
+        "bytes_per_name": (after - before) / BUSY_NAMES,
+    }
+
+
 def footprint_task(params: dict[str, Any], link: Link) -> dict[str, Any]:
     """Worker: the per-name figures of each kind, and (if asked) the many live locks."""
     link.ready()
@@ -178,6 +216,7 @@ def footprint_task(params: dict[str, Any], link: Link) -> dict[str, Any]:
         found: dict[str, Any] = {kind: _per_name(admin, params, kind) for kind in params["kinds"]}
         if params["live_locks"]:
             found["live_locks"] = _live_locks(admin, params)
+            found["busy_names"] = _busy_names(admin, params)
         _empty(admin)
         return found
     finally:
@@ -217,6 +256,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "reps": reps,
         "kinds": summary,
         "live_locks": raw[0].get("live_locks") if raw else None,
+        "busy_names": raw[0].get("busy_names") if raw else None,
         "raw": raw,
     }
 
@@ -254,20 +294,39 @@ def targets(result: dict[str, Any]) -> list[Verdict]:
                 entry["keys_without_expiry"] == 0 and entry["longest_life_s"] <= LIFE_TARGET_S,
             )
         )
+    ours = kinds.get("ours")
+    if ours is not None:
+        rows.append(
+            (
+                f"Lock: bytes per live lock <= {LIVE_TARGET_BYTES} ({setup}; `INFO memory`)",
+                f"{fmt(ours['bytes_per_live_hold'])} bytes",
+                ours["bytes_per_live_hold"] <= LIVE_TARGET_BYTES,
+            )
+        )
     held = [
         f"{what} {fmt(kinds[kind]['bytes_per_live_hold'])}"
-        for kind, what in (("ours", "Lock"), ("ours-sem", "Semaphore"), ("floor", "floor's key"))
+        for kind, what in (("ours-sem", "Semaphore"), ("floor", "floor's key"))
         if kind in kinds
     ]
     if held:
-        rows.append(("bytes per live hold (no target)", ", ".join(held), None))
+        rows.append(("bytes per live hold, beside it (no target)", ", ".join(held), None))
     live = result.get("live_locks")
     if live:
         rows.append(
             (
-                f"memory of {live['locks']:,} live locks (no target)",
+                f"memory of {live['locks']:,} live locks <= {LIVE_LOCKS_TARGET_MB:g} MB",
                 f"{live['mb']:.1f} MB, {fmt(live['bytes_per_lock'])} bytes per lock",
-                None,
+                live["mb"] <= LIVE_LOCKS_TARGET_MB,
+            )
+        )
+    busy = result.get("busy_names")
+    if busy:
+        rows.append(
+            (
+                f"Lock: a name released {busy['cycles']} times keeps <= {BUSY_TARGET_BYTES} "
+                f"bytes ({busy['names']:,} names)",
+                f"{fmt(busy['bytes_per_name'])} bytes",
+                busy["bytes_per_name"] <= BUSY_TARGET_BYTES,
             )
         )
     return rows

@@ -34,6 +34,7 @@ from benchmarks.measurements._common import (
     fmt,
     interleaved_cycles,
     label,
+    lean_rows,
     table,
 )
 from benchmarks.pool import Link
@@ -53,6 +54,8 @@ ACCOUNTING_CYCLES = 200
 WARMUP_ADMISSIONS = 5
 FLOOR_TARGET = 1.20
 FAIRNESS_TARGET = 2.0
+#: Issue 22's: the commands our semaphore's scripts run per uncontended cycle.
+COMMANDS_TARGET = 12
 #: The reference loops shown beside the semaphores in the uncontended table.
 FLOORS = ("floor", "ping2")
 #: Our semaphore's scripts alone, sent with no library Python around them (see benchmarks.ours).
@@ -314,6 +317,8 @@ def targets(result: dict[str, Any]) -> list[Verdict]:
             )
         )
         uncontended = result["uncontended"]["impls"]
+        if "server_commands_per_cycle" in ours:
+            rows.extend(lean_rows("semaphore", ours, uncontended, COMMANDS_TARGET))
         bound = bound_row(ours, uncontended.get(BOUND), uncontended.get("floor"), FLOOR_TARGET)
         if bound is not None:
             rows.append(bound)

@@ -21,6 +21,7 @@ from benchmarks.measurements._common import (
     fmt,
     interleaved_cycles,
     label,
+    lean_rows,
     open_adapter,
     table,
 )
@@ -36,9 +37,14 @@ WARMUP_CYCLES = 200
 BATCH = 50
 #: Cycles run (after the warm-up, before timing) to count commands and server time.
 ACCOUNTING_CYCLES = 200
-#: Issue 15's targets: our median cycle over the floor's, and over redis-py's Lock's.
-FLOOR_TARGET = 1.20
-REDIS_PY_TARGET = 1.15
+#: Issue 22's targets: our median cycle over the floor's, and over redis-py's Lock's; the
+#: commands our scripts run per cycle; Redis's time for a cycle over the floor's; the
+#: library's own Python per cycle (our cycle less our scripts alone).
+FLOOR_TARGET = 1.15
+REDIS_PY_TARGET = 1.05
+COMMANDS_TARGET = 8
+REDIS_TIME_TARGET = 3.0
+PYTHON_TARGET_US = 20.0
 #: Our lock's scripts alone, sent with no library Python around them (see benchmarks.ours).
 BOUND = "ours-scripts"
 
@@ -132,9 +138,33 @@ def targets(result: dict[str, Any]) -> list[Verdict]:
                 ours["x_redis-py"] <= REDIS_PY_TARGET,
             )
         )
-    bound = bound_row(ours, result["impls"].get(BOUND), result["impls"].get("floor"), FLOOR_TARGET)
+    rows.extend(lean_rows("lock", ours, result["impls"], COMMANDS_TARGET))
+    floor = result["impls"].get("floor")
+    if floor is not None and floor.get("server_us_per_cycle"):
+        times = ours["server_us_per_cycle"] / floor["server_us_per_cycle"]
+        rows.append(
+            (
+                f"Redis's time per lock cycle <= {REDIS_TIME_TARGET:g} x the floor's "
+                "(`INFO commandstats`)",
+                f"{times:.1f} x ({ours['server_us_per_cycle']:.1f} us against "
+                f"{floor['server_us_per_cycle']:.1f} us)",
+                times <= REDIS_TIME_TARGET,
+            )
+        )
+    bound = result["impls"].get(BOUND)
     if bound is not None:
-        rows.append(bound)
+        python_us = ours["p50_us"] - bound["p50_us"]
+        rows.append(
+            (
+                f"the library's Python per lock cycle <= {PYTHON_TARGET_US:g} us (our cycle "
+                "less our scripts alone, medians)",
+                f"{python_us:.0f} us",
+                python_us <= PYTHON_TARGET_US,
+            )
+        )
+    row = bound_row(ours, bound, floor, FLOOR_TARGET)
+    if row is not None:
+        rows.append(row)
     return rows
 
 
