@@ -121,9 +121,14 @@ class UniqueTask(Task):  # type: ignore[misc]
             fields["celery_task_id"] = str(task_id)
         lock = spec.running_lock(spec.name(args, kwargs), fields)
         taken = spec.mode != "while_executing" and handing.take_queued(lock, task_id)
+
+        def serve_rerun() -> None:  # (a rerun asked while this hold was there)
+            handing.rerun_if_asked(spec, lock, lambda: self.apply_async(args, kwargs))
+
         if spec.mode == "until_executing":
             if taken:
                 lock.release()
+                serve_rerun()
             return run(*args, **kwargs)
         if not taken:
             if not (
@@ -133,14 +138,10 @@ class UniqueTask(Task):  # type: ignore[misc]
                 return handing.contended(spec, lock, self.name)
             if task_id and records.finished(lock.backend, lock.name, str(task_id)):
                 lock.release()
+                serve_rerun()
                 logger.info("run: %s delivered again after its run ended: ignored", task_id)
                 raise Ignore()
-        return _run_holding(
-            lock,
-            str(task_id or ""),
-            lambda: run(*args, **kwargs),
-            lambda: handing.rerun_if_asked(spec, lock, lambda: self.apply_async(args, kwargs)),
-        )
+        return _run_holding(lock, str(task_id or ""), lambda: run(*args, **kwargs), serve_rerun)
 
 
 def _requeued(queued: Lock, task_id: str) -> bool:

@@ -110,6 +110,9 @@ def check_options(key: Any, **options: Any) -> dict[str, Any]:
         raise InvalidArgument(
             "on_conflict", f"must be 'raise', 'skip' or 'reschedule', not {on_conflict!r}"
         )
+    for option, modes in _USED_IN.items():
+        if mode not in modes and values[option] != _DEFAULTS[option]:
+            raise InvalidArgument(option, f"has no effect in mode {mode!r}")
     if mode == "while_executing" and on_conflict != "raise":
         raise InvalidArgument(
             "on_conflict",
@@ -144,4 +147,12 @@ _DEFAULTS: dict[str, Any] = {
     "skip_result": None,
     "using": None,
     "database": None,
+}
+
+#: The options that only some modes use: given to another, they are refused.
+_USED_IN: dict[str, tuple[str, ...]] = {
+    "timeout": ("until_executed", "until_executing", "while_executing"),  # the running hold
+    "queued_timeout": ("until_executed", "until_executing", "until_expired"),
+    "on_contention": ("until_executed", "while_executing"),  # a run that finds the name taken
+    "skip_result": ("until_executed", "while_executing"),
 }

@@ -139,9 +139,14 @@ class UniqueTaskMixin:
             fields["django_task_id"] = task_id
         lock = spec.running_lock(name, fields)
         taken = spec.mode != "while_executing" and handing.take_queued(lock, task_id)
+
+        def serve_rerun() -> None:  # (a rerun asked while this hold was there)
+            handing.rerun_if_asked(spec, lock, lambda: self.enqueue(*passed, **kwargs))
+
         if spec.mode == "until_executing":
             if taken:
                 lock.release()
+                serve_rerun()
             return super().call(*args, **kwargs)  # type: ignore[misc]
         if not taken and not lock.acquire(blocking=False):
             return handing.contended(spec, lock, self.module_path)
@@ -149,10 +154,10 @@ class UniqueTaskMixin:
             result = super().call(*args, **kwargs)  # type: ignore[misc]
         except BaseException:
             handing.release_quietly(lock)
-            handing.rerun_if_asked(spec, lock, lambda: self.enqueue(*passed, **kwargs))
+            serve_rerun()
             raise
         lock.release()  # (LockLost: the task ran without its name for a while)
-        handing.rerun_if_asked(spec, lock, lambda: self.enqueue(*passed, **kwargs))
+        serve_rerun()
         return result
 
 

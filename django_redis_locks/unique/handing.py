@@ -78,7 +78,11 @@ def enqueue(
     for _ in range(_RESCHEDULE_TRIES):
         if lock.acquire(blocking=False):
             if spec.on_conflict == "reschedule":  # a rerun asked before: this task is it
-                records.take_rerun(lock.backend, lock.name)
+                try:
+                    records.take_rerun(lock.backend, lock.name)
+                except BaseException:
+                    release_quietly(lock)
+                    raise
             return enqueue_holding(lock, spec, send, task_id)
         found = existing(spec, lock.name, handle)
         if spec.on_conflict != "reschedule":
@@ -103,8 +107,10 @@ def _rerun_asked(spec: Uniqueness, lock: Lock, found: Existing) -> bool:
 
 
 def rerun_if_asked(spec: Uniqueness, lock: Lock, enqueue_again: Callable[[], Any]) -> None:
-    """After a run has given its hold back: enqueue its task again if a rerun was asked
-    (``on_conflict="reschedule"``) while it ran. Never raises: the run's outcome stands."""
+    """After a hold of a running task was given back (a run that ended; a worker that let
+    the name go as it started, or as it found its run a duplicate): enqueue the task again
+    if a rerun was asked (``on_conflict="reschedule"``) while the hold was there. Never
+    raises: the run's outcome stands."""
     if spec.on_conflict != "reschedule":
         return
     try:
@@ -206,7 +212,7 @@ def contended(spec: Uniqueness, lock: Lock, task: str) -> Any:
 
 
 def release_quietly(lock: Lock) -> None:
-    """Release after a failed run: the run's error is the one to raise."""
+    """Release after a failure: the failure is the error to raise."""
     try:
         lock.release()
     except LockLost as error:

@@ -4,6 +4,7 @@ it takes for a task's arguments."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,11 +46,12 @@ class Uniqueness:
 
     def name(self, args: Any, kwargs: dict[str, Any], *, context: bool = False) -> str:
         """The lock name of a task's arguments (without the task context), the same for the
-        enqueue and for the worker: made from the arguments as the queue gives them back
-        (JSON: a tuple comes back a list). ``context``: the function takes the task context
-        first."""
-        args, kwargs = _as_delivered(tuple(args)), _as_delivered(kwargs)
-        return self.namer.name((None, *args) if context else tuple(args), kwargs)
+        enqueue and for the worker: made from the arguments as the queue gives them back (a
+        tuple comes back a list, see :func:`_as_delivered`). ``context``: the function takes
+        the task context first."""
+        delivered = tuple(_as_delivered(list(args)))
+        kwargs = {key: _as_delivered(value) for key, value in kwargs.items()}
+        return self.namer.name((None, *delivered) if context else delivered, kwargs)
 
     def queued_lock(
         self, name: str, task_path: str, fields: dict[str, str], *, renewed: bool = False
@@ -79,9 +81,24 @@ class Uniqueness:
 
 
 def _as_delivered(value: Any) -> Any:
-    """``value`` as a JSON queue gives it back (itself if it is not JSON: a queue that
-    pickles gives it back as it is)."""
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError):
-        return value
+    """``value`` as a queue gives it back to the worker: a sequence as a list, a mapping's
+    keys as JSON makes them (text), bytes as text (Django's task framework decodes them);
+    other values as they are (Celery's JSON restores dates, UUIDs, decimals and bytes).
+    The same for the enqueue's arguments and for the worker's: applied to what it returns,
+    it changes nothing."""
+    if isinstance(value, Mapping):
+        return {_json_key(key): _as_delivered(item) for key, item in value.items()}
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [_as_delivered(item) for item in value]
+    return value
+
+
+def _json_key(key: Any) -> Any:
+    if key is None or isinstance(key, bool | int | float):
+        return json.dumps(key)  # (JSON turns a key into text: 1 -> "1", None -> "null")
+    return key

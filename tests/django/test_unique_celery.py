@@ -6,9 +6,11 @@ tests/deploy/test_unique_celery_deployed.py."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any
 
+import kombu.utils.json
 import pytest
 
 from django_redis_locks import AlreadyQueued, InvalidArgument, Lock
@@ -202,3 +204,13 @@ def test_a_tuple_argument_names_the_task_as_the_worker_gets_it_back() -> None:
     assert found is not None and found.task_id == sent.id
     assert task.apply(([1, 2],), task_id=sent.id).get() == "paired"  # as the worker gets it
     assert task.find((1, 2)) is None and task.find([1, 2]) is None
+    # Beside a value JSON cannot hold (Celery's JSON gives a datetime back as one).
+    items = ((1, 2), datetime.datetime(2026, 1, 2, 3, 4, 5), b"ab")
+    conf.task_always_eager, conf.broker_url = False, "memory://"
+    try:
+        sent = task.delay(items)
+    finally:
+        conf.task_always_eager, conf.broker_url = saved
+    delivered = kombu.utils.json.loads(kombu.utils.json.dumps([items]))
+    assert task.apply(delivered, task_id=sent.id).get() == "paired"
+    assert task.find(items) is None

@@ -28,10 +28,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _fresh(settings: Any, namespace: str) -> None:
     unique_tasks.fresh(settings, namespace)
     unique_tasks.refresh.get_backend().results.clear()
+    unique_tasks.announce.get_backend().results.clear()
 
 
 def enqueued() -> list[Any]:
-    return list(unique_tasks.refresh.get_backend().results)
+    return enqueued_of(unique_tasks.refresh)
+
+
+def enqueued_of(task: Any) -> list[Any]:
+    return list(task.get_backend().results)
 
 
 def test_a_task_asked_again_while_queued_is_not_enqueued_twice() -> None:
@@ -122,7 +127,7 @@ def test_a_rerun_asked_at_a_commit_is_asked_only_if_it_commits() -> None:
 
 def test_reschedule_needs_a_mode_that_holds_the_name_from_the_enqueue() -> None:
     for mode in ("until_expired", "while_executing"):
-        with pytest.raises(InvalidArgument, match="'reschedule' needs mode"):
+        with pytest.raises(InvalidArgument, match=r"'reschedule' (needs mode|has no effect)"):
             unique_task("x:{n}", mode=mode, on_conflict="reschedule")
 
 
@@ -237,3 +242,38 @@ def test_every_order_of_a_run_ending_and_a_reschedule_enqueues_the_task_once(
     exactly once more: by the run (a rerun) or by the enqueue itself."""
     for rerun_at in range(release_at, 7):
         one_order(unique_tasks.refresh.uniqueness, release_at, rerun_at, monkeypatch)
+
+
+def test_a_rerun_asked_as_an_until_executing_worker_starts_is_not_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker holds the name for a moment as it starts (it takes the queued hold over,
+    then gives it back): a request made then is served when it gives the name back."""
+    task = unique_tasks.announce
+    queued = task.enqueue("home")
+    ask = records.ask_rerun
+    original_take = handing.take_queued
+
+    def take_then_asked(lock: Any, task_id: Any) -> bool:
+        taken = original_take(lock, task_id)
+        ask(get_backend(), "announce:home", 60)  # an enqueue saw the starting worker
+        return taken
+
+    monkeypatch.setattr(handing, "take_queued", take_then_asked)
+    assert run_as_worker(queued) == "announced home"
+    [_, rerun] = enqueued_of(task)
+    assert task.find("home").task_id == str(rerun.id)
+    assert not records.take_rerun(get_backend(), "announce:home")
+
+
+def test_a_celery_second_delivery_that_finds_its_run_ended_serves_a_rerun_asked_of_it() -> None:
+    """A second delivery waited for the run and took the name as it ended; an enqueue saw it
+    holding the name and asked for a rerun: when it lets the name go (the run had ended),
+    it enqueues the rerun, which nobody else would."""
+    task = unique_tasks.celery_refresh
+    unique_tasks.proceed.set()
+    assert task.apply(("home",), task_id="first-1").get() == "refreshed home"
+    records.ask_rerun(get_backend(), "celery-refresh:home", 60)  # asked of the delivery
+    assert task.apply(("home",), task_id="first-1").state == "IGNORED"
+    assert unique_tasks.runs == ["celery-refresh home", "celery-refresh home"]  # the rerun
+    assert get_lock("celery-refresh:home") is None

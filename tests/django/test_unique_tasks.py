@@ -258,6 +258,10 @@ def test_bad_arguments_are_refused_when_decorating() -> None:
         ({"timeout": -1}, InvalidArgument, "timeout"),
         ({"database": "nowhere"}, InvalidArgument, "database"),
         ({"mode": "while_executing", "on_conflict": "skip"}, InvalidArgument, "no effect"),
+        ({"mode": "while_executing", "queued_timeout": 5}, InvalidArgument, "queued_timeout"),
+        ({"mode": "until_expired", "timeout": 5}, InvalidArgument, "timeout"),
+        ({"mode": "until_expired", "on_contention": "skip"}, InvalidArgument, "on_contention"),
+        ({"mode": "until_executing", "skip_result": 0}, InvalidArgument, "skip_result"),
     ):
         with pytest.raises(error, match=match):
             unique_task("x:{n}", **options)
@@ -313,6 +317,14 @@ def test_a_tuple_argument_names_the_task_as_the_worker_gets_it_back() -> None:
     assert run_as_worker(delivered) == "paired"
     assert task.find((1, 2)) is None and task.find([1, 2]) is None
     assert unique_tasks.runs == ["pair [1, 2]"]
+    # Bytes come back as text, a mapping's keys as JSON text (from the database backend).
+    sent = (b"ab", {1: (2, 3), None: "x"})
+    queued = task.enqueue(sent)
+    delivered = dataclasses.replace(queued, args=[["ab", {"1": [2, 3], "null": "x"}]])
+    found = task.find(sent)
+    assert found is not None and found.task_id == str(queued.id)
+    assert run_as_worker(delivered) == "paired"
+    assert task.find(sent) is None
 
 
 def test_while_executing_names_the_running_task_in_find_and_the_listing() -> None:
@@ -374,3 +386,20 @@ def test_a_ticket_record_that_cannot_be_written_gives_the_name_back() -> None:
             handing.enqueue_holding(lock, spec, lambda: sent.append("sent"))
         assert sent == []
         assert get_lock("rebuild:9", client=backend) is None
+
+
+def test_a_reschedule_cleanup_that_fails_gives_the_name_back() -> None:
+    """An enqueue that reschedules takes any rerun asked before it (GETDEL) once it has the
+    name: if Redis refuses that (here: a user without GETDEL), LockBackendError, and the
+    name is free again."""
+    user = namespace_user("drl", secrets.token_hex(8))
+    user = dataclasses.replace(user, commands=(*user.commands, "get", "set"))
+    with RedisServer(acl_user=user) as server, redis.Redis.from_url(server.url) as client:
+        backend = Backend(client, namespace="drl")
+        lock = Lock("refresh:9", client=backend, timeout=60, auto_renew=False)
+        sent: list[str] = []
+        spec = unique_tasks.refresh.uniqueness
+        with pytest.raises(LockBackendError, match=r"NOPERM|permission"):
+            handing.enqueue(spec, lock, lambda: sent.append("sent"), "refresh", lambda _: None)
+        assert sent == []
+        assert get_lock("refresh:9", client=backend) is None

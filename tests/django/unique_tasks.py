@@ -125,6 +125,13 @@ def pair(items: Any) -> str:
     return "paired"
 
 
+@unique_task("announce:{page}", mode="until_executing", on_conflict="reschedule")
+@task(backend="deferred")
+def announce(page: str) -> str:
+    runs.append(f"announce {page}")
+    return f"announced {page}"
+
+
 @unique_task("instant:{n}")
 @task()
 def instant(n: int) -> int:
