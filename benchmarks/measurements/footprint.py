@@ -58,10 +58,11 @@ PEERS = ("floor", "redis-py", "python-redis-lock")
 MAX_REPS = 3
 BUSY_NAMES = 1_000
 BUSY_CYCLES = 20
-#: Issue 15's targets for what a released name leaves; issue 22's for a live lock, many live
-#: locks, and a name in steady use.
+#: Issue 15's target for what a released name leaves, and how long it lives (issue 22 let
+#: that go up to 10 minutes); issue 22's for a live lock, many live locks, and a name in
+#: steady use.
 RELEASED_TARGET_BYTES = 300
-LIFE_TARGET_S = 300.0
+LIFE_TARGET_S = 600.0
 LIVE_TARGET_BYTES = 450
 LIVE_LOCKS_TARGET_MB = 50.0
 BUSY_TARGET_BYTES = 300
