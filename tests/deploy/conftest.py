@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -19,6 +19,7 @@ from tests.deploy import web, workers
 from tests.deploy.deployment import Deployment, new_namespace
 from tests.harness.figures import FiguresFile
 
+D = TypeVar("D", bound=Deployment)
 # ("server" is the deployment's server there: gunicorn, celery...)
 FIGURES = FiguresFile("deploy", server_key="redis")
 
@@ -56,7 +57,12 @@ def deployment(
     """A running deployment of the test project, stopped (for sure) after its checks."""
     server, pool = request.param
     workdir = tmp_path_factory.mktemp(f"{server}-{pool}")
-    started = _make(server, pool, redis_server.url, workdir)
+    yield from running(_make(server, pool, redis_server.url, workdir))
+
+
+def running(started: D) -> Iterator[D]:
+    """Start ``started``, yield it, then stop it for sure and record its figures (the body of
+    a deployment fixture)."""
     try:
         started.start()
         yield started

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.deploy import sweep
-from tests.deploy.conftest import FIGURES
+from tests.deploy.conftest import running
 from tests.deploy.deployment import new_namespace
 from tests.deploy.processes import wait_for
 from tests.deploy.project.section import HARD_TIME_LIMIT, UNIQUE_TTL
@@ -47,15 +47,8 @@ def deployment(
 ) -> Iterator[UniqueCeleryDeployment]:
     """The worker and its clients (named as the conftest's fixture, whose report hook
     records each check's outcome in the figures)."""
-    started = UniqueCeleryDeployment(
-        redis_server.url, tmp_path_factory.mktemp("unique-celery"), new_namespace()
-    )
-    try:
-        started.start()
-        yield started
-    finally:
-        started.close()
-        FIGURES.append(started.figures)
+    workdir = tmp_path_factory.mktemp("unique-celery")
+    yield from running(UniqueCeleryDeployment(redis_server.url, workdir, new_namespace()))
 
 
 def _runs(deployment: UniqueCeleryDeployment, name: str, kind: str) -> list[dict[str, Any]]:

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.deploy import sweep
-from tests.deploy.conftest import FIGURES
+from tests.deploy.conftest import running
 from tests.deploy.deployment import new_namespace
 from tests.deploy.project.section import UNIQUE_TTL
 from tests.deploy.unique import POLL_SECONDS, Attempt, UniqueDeployment, lock_name
@@ -37,28 +36,14 @@ KILLED_RUN_SECONDS = 60.0  # the task whose worker is SIGKILLed never ends by it
 RUN_SECONDS = 4.0  # until_executing: the first task (and the task keeping the other worker)
 
 
-def _start(redis_url: str, workdir: Path) -> UniqueDeployment:
-    lacking = missing("django-tasks", "db_worker")
-    if lacking:
-        pytest.skip(lacking)
-    started = UniqueDeployment(redis_url, workdir, new_namespace())
-    try:
-        started.start()
-    except BaseException:
-        started.close()
-        raise
-    return started
-
-
 def _deploy(
     redis_server: Any, tmp_path_factory: pytest.TempPathFactory, label: str
 ) -> Iterator[UniqueDeployment]:
-    started = _start(redis_server.url, tmp_path_factory.mktemp(label))
-    try:
-        yield started
-    finally:
-        started.close()
-        FIGURES.append(started.figures)
+    lacking = missing("django-tasks", "db_worker")
+    if lacking:
+        pytest.skip(lacking)
+    workdir = tmp_path_factory.mktemp(label)
+    yield from running(UniqueDeployment(redis_server.url, workdir, new_namespace()))
 
 
 @pytest.fixture(scope="module")
