@@ -55,9 +55,9 @@ class Existing:
     result: Any
 
 
-#: How many times an enqueue that reschedules looks again when the name changes hands as it
-#: asks (each time: the run it found ended, and the name is free or another task's).
-_RESCHEDULE_TRIES = 5
+#: How many times an enqueue looks again when the name changes hands as it looks or asks
+#: (each time: the hold it found ended, and the name is free or another task's).
+_TRIES = 5
 
 
 def enqueue(
@@ -75,7 +75,7 @@ def enqueue(
     sure to run after that one: a queued task will, a running one is asked to enqueue its
     task again when its run ends."""
     found = None
-    for _ in range(_RESCHEDULE_TRIES):
+    for _ in range(_TRIES):
         if lock.acquire(blocking=False):
             if spec.on_conflict == "reschedule":  # a rerun asked before: this task is it
                 try:
@@ -85,11 +85,15 @@ def enqueue(
                     raise
             return enqueue_holding(lock, spec, send, task_id)
         found = existing(spec, lock.name, handle)
+        if found is None:
+            continue  # freed as it looked (an expiry, a release): take it
         if spec.on_conflict != "reschedule":
             return conflict(found, spec, lock.name, task)
-        if found is not None and (found.phase == "queued" or _rerun_asked(spec, lock, found)):
+        if found.phase == "queued" or _rerun_asked(spec, lock, found):
             logger.info("enqueue: %s rescheduled after the %s task", task, found.phase)
             return found.result
+    if spec.on_conflict != "reschedule":  # (freed and taken again every time it looked)
+        return conflict(found, spec, lock.name, task)
     logger.warning("enqueue: %s: %r kept changing hands; not rescheduled", task, lock.name)
     return found.result if found is not None else None
 

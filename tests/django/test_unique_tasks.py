@@ -25,6 +25,7 @@ from django_redis_locks import (
     unique_task,
 )
 from django_redis_locks.core import Backend
+from django_redis_locks.core.registry import get_lock as registry_get_lock
 from django_redis_locks.inspection import get_lock
 from django_redis_locks.unique import handing
 from tests.django import unique_tasks
@@ -403,3 +404,24 @@ def test_a_reschedule_cleanup_that_fails_gives_the_name_back() -> None:
             handing.enqueue(spec, lock, lambda: sent.append("sent"), "refresh", lambda _: None)
         assert sent == []
         assert get_lock("refresh:9", client=backend) is None
+
+
+def test_an_enqueue_that_finds_the_name_freed_as_it_looks_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hold it could not take expired (a killed worker's) before it looked who holds
+    it: the enqueue takes the name, instead of refusing with AlreadyQueued naming nobody."""
+    task = unique_tasks.rebuild
+    dead = Lock("rebuild:21", timeout=5, auto_renew=False)
+    assert dead.acquire(blocking=False)
+    look = registry_get_lock
+
+    def freed_then_look(name: str, **kwargs: Any) -> Any:
+        dead.release()  # (as its TTL running out would)
+        monkeypatch.setattr(handing, "get_lock", look)
+        return look(name, **kwargs)
+
+    monkeypatch.setattr(handing, "get_lock", freed_then_look)
+    queued = task.enqueue(21)
+    found = task.find(21)
+    assert found is not None and found.task_id == str(queued.id)
